@@ -1,0 +1,207 @@
+package brick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+const (
+	backfillBatchOps   = 256
+	backfillRetryDelay = time.Second
+)
+
+// startBackfills starts a backfill for every syncing member of every PG
+// this brick leads, unless one is already running.
+func (s *Server) startBackfills(m *clustermap.Map) {
+	for _, v := range m.Volumes {
+		for i, p := range v.PGs {
+			if p.Primary() != s.cfg.Name {
+				continue
+			}
+			for _, t := range p.Syncing {
+				k := bfKey{pgKey{v.ID, uint32(i)}, t}
+				s.bf.Lock()
+				if s.bf.running[k] {
+					s.bf.Unlock()
+					continue
+				}
+				s.bf.running[k] = true
+				s.bf.Unlock()
+				s.wg.Add(1)
+				go s.backfillLoop(k)
+			}
+		}
+	}
+}
+
+// stillNeeded reports whether this brick still leads k's PG and k's target
+// is still syncing.
+func (s *Server) stillNeeded(k bfKey) (*clustermap.Map, bool) {
+	m := s.m.Load()
+	v := m.VolumeByID(k.vol)
+	if v == nil || int(k.pg) >= len(v.PGs) {
+		return m, false
+	}
+	p := v.PGs[k.pg]
+	return m, p.Primary() == s.cfg.Name && slices.Contains(p.Syncing, k.target)
+}
+
+func (s *Server) backfillLoop(k bfKey) {
+	defer s.wg.Done()
+	defer func() {
+		s.bf.Lock()
+		delete(s.bf.running, k)
+		s.bf.Unlock()
+	}()
+	ctx := s.ctx()
+	for {
+		if _, ok := s.stillNeeded(k); !ok {
+			return
+		}
+		n, err := s.backfill(ctx, k)
+		if err == nil {
+			s.log.Info("backfill done", "vol", k.vol, "pg", k.pg, "target", k.target, "blocks", n)
+			err = s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+				_, err := cl.PGSynced(ctx, &pb.PGSyncedRequest{Vol: k.vol, Pg: k.pg, Brick: k.target, Epoch: s.m.Load().Epoch})
+				return err
+			})
+			if err == nil {
+				return
+			}
+		}
+		if !errors.Is(err, errStopped) {
+			s.log.Warn("backfill failed; retrying", "vol", k.vol, "pg", k.pg, "target", k.target, "err", err)
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(backfillRetryDelay):
+		}
+	}
+}
+
+// backfill brings one syncing member of a PG up to this primary's state:
+// take the primary's inventory and horizon under the PG lock (writes after
+// it reach the target by forwarding), ask the target for its inventory,
+// and send the difference. Each batch goes out under the brick's newest
+// map; the loop stops if this brick no longer leads the PG.
+func (s *Server) backfill(ctx context.Context, k bfKey) (int64, error) {
+	m, ok := s.stillNeeded(k)
+	if !ok {
+		return 0, nil
+	}
+	v := m.VolumeByID(k.vol)
+	unlock := s.lockPG(k.pgKey)
+	horizon := s.lastSeq.Load()
+	mine, err := s.pgEntries(v, k.pg)
+	unlock()
+	if err != nil {
+		return 0, fmt.Errorf("own inventory: %w", err)
+	}
+	cl, err := s.peers.client(m, k.target)
+	if err != nil {
+		return 0, err
+	}
+	theirs, err := inventory(ctx, cl, &pb.InventoryRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg})
+	if err != nil {
+		return 0, fmt.Errorf("inventory of %s: %w", k.target, err)
+	}
+	stream, err := cl.Backfill(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var sent int64
+	var batch []store.Op
+	send := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		m, ok := s.stillNeeded(k)
+		if !ok {
+			return fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.pg, k.target)
+		}
+		err := stream.Send(&pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg, Primary: s.cfg.Name, Ops: toPB(batch), Horizon: horizon})
+		backfilled.Add(float64(len(batch)))
+		sent += int64(len(batch))
+		batch = batch[:0]
+		return err
+	}
+	for _, e := range mine {
+		if seq, ok := theirs[e.Key]; ok && seq == e.Seq {
+			delete(theirs, e.Key)
+			continue
+		}
+		delete(theirs, e.Key)
+		data, cur, err := s.store.Get(e.Key)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // removed since the inventory; forwarding covered it
+		}
+		if errors.Is(err, store.ErrCorrupt) {
+			if data, err = s.repair(ctx, m, v, &v.PGs[k.pg], e.Key); err != nil {
+				return sent, err
+			}
+			_, cur, err = s.store.Get(e.Key)
+		}
+		if err != nil {
+			return sent, fmt.Errorf("read %v: %w", e.Key, err)
+		}
+		op := store.Op{Kind: store.OpPut, Key: e.Key, Seq: cur.Seq, Data: data}
+		if cur.Tombstone {
+			op = store.Op{Kind: store.OpTombstone, Key: e.Key, Seq: cur.Seq}
+		}
+		batch = append(batch, op)
+		if len(batch) >= backfillBatchOps {
+			if err := send(); err != nil {
+				return sent, err
+			}
+		}
+	}
+	for key, seq := range theirs { // held by the target only: stale
+		batch = append(batch, store.Op{Kind: store.OpRemove, Key: key, Seq: seq})
+		if len(batch) >= backfillBatchOps {
+			if err := send(); err != nil {
+				return sent, err
+			}
+		}
+	}
+	if err := send(); err != nil {
+		return sent, err
+	}
+	if _, err := stream.CloseAndRecv(); err != nil {
+		return sent, fmt.Errorf("backfill to %s: %s", k.target, errMsg(err))
+	}
+	select {
+	case <-s.stop:
+		return sent, errStopped
+	default:
+	}
+	return sent, nil
+}
+
+func inventory(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[store.Key]uint64, error) {
+	st, err := cl.Inventory(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	out := map[store.Key]uint64{}
+	for {
+		resp, err := st.Recv()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range resp.Entries {
+			out[store.Key{Vol: r.Vol, Block: e.Block, Gen: e.Gen}] = e.Seq
+		}
+	}
+}

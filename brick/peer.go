@@ -1,0 +1,263 @@
+package brick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/plumeria-fs/plumeria/brick/repl"
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+var (
+	repairs = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_brick_repaired_blocks_total",
+		Help: "Corrupt blocks rewritten from a replica."})
+	backfilled = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_brick_backfilled_blocks_total",
+		Help: "Blocks sent to new or returning replicas."})
+)
+
+// peers caches gRPC connections to other bricks by address.
+type peers struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+
+func (p *peers) client(m *clustermap.Map, brick string) (pb.BrickClient, error) {
+	b := m.Brick(brick)
+	if b == nil {
+		return nil, fmt.Errorf("brick %s is not in map epoch %d", brick, m.Epoch)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.conns[b.Addr]
+	if c == nil {
+		var err error
+		if c, err = coordclient.Dial(b.Addr); err != nil {
+			return nil, err
+		}
+		p.conns[b.Addr] = c
+	}
+	return pb.NewBrickClient(c), nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+func toPB(ops []store.Op) []*pb.BlockOp {
+	out := make([]*pb.BlockOp, len(ops))
+	for i, o := range ops {
+		k := pb.BlockOp_PUT
+		switch o.Kind {
+		case store.OpTombstone:
+			k = pb.BlockOp_TOMBSTONE
+		case store.OpRemove:
+			k = pb.BlockOp_REMOVE
+		}
+		out[i] = &pb.BlockOp{Kind: k, Block: o.Key.Block, Gen: o.Key.Gen, Seq: o.Seq, Data: o.Data}
+	}
+	return out
+}
+
+// fromPB validates ops received from a peer.
+func fromPB(vol uint64, in []*pb.BlockOp) ([]store.Op, error) {
+	out := make([]store.Op, len(in))
+	for i, o := range in {
+		op := store.Op{Key: store.Key{Vol: vol, Block: o.Block, Gen: o.Gen}, Seq: o.Seq}
+		switch o.Kind {
+		case pb.BlockOp_PUT:
+			if len(o.Data) != limits.BlockBytes {
+				return nil, status.Errorf(codes.InvalidArgument, "op %d: put of %d bytes, want %d", i, len(o.Data), limits.BlockBytes)
+			}
+			op.Kind, op.Data = store.OpPut, o.Data
+		case pb.BlockOp_TOMBSTONE:
+			op.Kind = store.OpTombstone
+		case pb.BlockOp_REMOVE:
+			op.Kind = store.OpRemove
+		default:
+			return nil, status.Errorf(codes.InvalidArgument, "op %d: unknown kind %d", i, o.Kind)
+		}
+		out[i] = op
+	}
+	return out, nil
+}
+
+// checkMember refuses replication traffic from anyone but the PG's primary
+// to anyone but a member.
+func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary string) error {
+	v, p, err := pgOf(m, vol, pg, 0, 0)
+	if err != nil {
+		return err
+	}
+	if p.Primary() != primary || !slices.Contains(p.Bricks, s.cfg.Name) {
+		return status.Errorf(codes.FailedPrecondition, "volume %s pg %d at epoch %d: %s is not primary or %s not a member", v.Name, pg, m.Epoch, primary, s.cfg.Name)
+	}
+	return nil
+}
+
+// filterNewer drops ops this brick already has a newer copy of.
+func (s *Server) filterNewer(ops []store.Op, horizon uint64, backfill bool) ([]store.Op, error) {
+	out := ops[:0]
+	for _, op := range ops {
+		_, e, err := s.store.Get(op.Key)
+		ex := repl.Existing{}
+		switch {
+		case err == nil, errors.Is(err, store.ErrCorrupt):
+			ex = repl.Existing{Present: true, Seq: e.Seq}
+			if errors.Is(err, store.ErrCorrupt) {
+				ex.Seq = 0 // a corrupt copy is always replaced
+			}
+		case errors.Is(err, store.ErrNotFound):
+		default:
+			return nil, err
+		}
+		keep := false
+		if op.Kind == store.OpRemove && backfill {
+			keep = repl.ShouldRemoveInBackfill(ex, horizon)
+		} else if op.Kind == store.OpRemove {
+			keep = ex.Present && op.Seq > ex.Seq
+		} else {
+			keep = repl.ShouldApply(ex, op.Seq, horizon)
+		}
+		if keep {
+			out = append(out, op)
+		}
+	}
+	return out, nil
+}
+
+// Replicate applies a primary's ops in the order the primary sent them.
+func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	m, done, err := s.begin(ctx, r.MapEpoch)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary); err != nil {
+		return nil, err
+	}
+	if err := checkFence(m, r.Writer); err != nil {
+		return nil, err
+	}
+	ops, err := fromPB(r.Vol, r.Ops)
+	if err != nil {
+		return nil, err
+	}
+	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	defer unlock()
+	if ops, err = s.filterNewer(ops, 0, false); err != nil {
+		return nil, storeErr(err, "replicate")
+	}
+	if err := s.store.Apply(ctx, ops); err != nil {
+		return nil, storeErr(err, fmt.Sprintf("brick %s: apply replicated ops", s.cfg.Name))
+	}
+	return &pb.ReplicateResponse{}, nil
+}
+
+// pgEntries lists the index entries this brick holds for one PG.
+func (s *Server) pgEntries(v *clustermap.Volume, pg uint32) ([]store.Entry, error) {
+	blocksPerChunk := uint64(v.ChunkBytes) / limits.BlockBytes
+	var out []store.Entry
+	err := s.store.Scan(v.ID, 0, ^uint64(0), func(e store.Entry) bool {
+		if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) == pg {
+			out = append(out, e)
+		}
+		return true
+	})
+	return out, err
+}
+
+const inventoryBatch = 4096
+
+// Inventory streams what this brick holds for a PG: keys and seqs.
+func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingServer[pb.InventoryResponse]) error {
+	m, done, err := s.begin(stream.Context(), r.MapEpoch)
+	if err != nil {
+		return err
+	}
+	v, _, err := pgOf(m, r.Vol, r.Pg, 0, 0)
+	if err != nil {
+		done()
+		return err
+	}
+	entries, err := s.pgEntries(v, r.Pg)
+	done()
+	if err != nil {
+		return storeErr(err, "inventory")
+	}
+	for len(entries) > 0 {
+		n := min(len(entries), inventoryBatch)
+		resp := &pb.InventoryResponse{}
+		for _, e := range entries[:n] {
+			resp.Entries = append(resp.Entries, &pb.InventoryEntry{Block: e.Block, Gen: e.Gen, Seq: e.Seq})
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+		entries = entries[n:]
+	}
+	return nil
+}
+
+// Backfill applies a primary's authoritative copies (see repl.ShouldApply).
+func (s *Server) Backfill(stream grpc.ClientStreamingServer[pb.BackfillRequest, pb.BackfillResponse]) error {
+	var applied int64
+	for {
+		r, err := stream.Recv()
+		if err == io.EOF {
+			return stream.SendAndClose(&pb.BackfillResponse{Applied: applied})
+		}
+		if err != nil {
+			return err
+		}
+		n, err := s.backfillBatch(stream.Context(), r)
+		if err != nil {
+			return err
+		}
+		applied += n
+	}
+}
+
+func (s *Server) backfillBatch(ctx context.Context, r *pb.BackfillRequest) (int64, error) {
+	m, done, err := s.begin(ctx, r.MapEpoch)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary); err != nil {
+		return 0, err
+	}
+	ops, err := fromPB(r.Vol, r.Ops)
+	if err != nil {
+		return 0, err
+	}
+	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	defer unlock()
+	if ops, err = s.filterNewer(ops, r.Horizon, true); err != nil {
+		return 0, storeErr(err, "backfill")
+	}
+	if err := s.store.Apply(ctx, ops); err != nil {
+		return 0, storeErr(err, "backfill apply")
+	}
+	return int64(len(ops)), nil
+}

@@ -1,0 +1,283 @@
+package brick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumeria-fs/plumeria/brick/repl"
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+const replicateTimeout = 5 * time.Second
+
+// Read serves a range within one chunk from the primary's store, as of the
+// live volume or a named snapshot.
+func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse, error) {
+	m, done, err := s.begin(ctx, r.MapEpoch)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	v, p, err := pgOf(m, r.Vol, r.Pg, r.Offset, uint64(r.Length))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkPrimary(v, r.Pg, p); err != nil {
+		return nil, err
+	}
+	gen := v.Gen
+	if r.Snapshot != "" {
+		g, ok := v.Snapshots[r.Snapshot]
+		if !ok {
+			return nil, status.Errorf(codes.NotFound, "volume %s has no snapshot %q", v.Name, r.Snapshot)
+		}
+		gen = g
+	}
+	out := make([]byte, r.Length)
+	lo, hi := repl.BlockRange(r.Offset, uint64(r.Length), limits.BlockBytes)
+	for b := lo; b < hi; b++ {
+		data, err := s.readBlock(ctx, m, v, p, b, gen)
+		if err != nil {
+			return nil, err
+		}
+		if data == nil {
+			continue
+		}
+		bStart := b * limits.BlockBytes
+		from := max(bStart, r.Offset)
+		to := min(bStart+limits.BlockBytes, r.Offset+uint64(r.Length))
+		copy(out[from-r.Offset:to-r.Offset], data[from-bStart:to-bStart])
+	}
+	return &pb.ReadResponse{Data: out}, nil
+}
+
+// repair fetches key from another in-sync member, verifies it arrived
+// whole, rewrites the local copy and returns the data.
+func (s *Server) repair(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, key store.Key) ([]byte, error) {
+	if key == (store.Key{}) {
+		k, ok, err := s.latestKey(v.ID, key.Block, key.Gen)
+		if err != nil || !ok {
+			return nil, status.Errorf(codes.DataLoss, "volume %s: corrupt block and its key cannot be found: %v", v.Name, err)
+		}
+		key = k
+	}
+	var lastErr error
+	for _, b := range p.InSync() {
+		if b == s.cfg.Name {
+			continue
+		}
+		cl, err := s.peers.client(m, b)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		r, err := cl.FetchBlock(ctx, &pb.FetchBlockRequest{Vol: key.Vol, Block: key.Block, Gen: key.Gen})
+		if err != nil {
+			lastErr = fmt.Errorf("%s: %s", b, errMsg(err))
+			continue
+		}
+		op := store.Op{Kind: store.OpPut, Key: key, Seq: r.Seq, Data: r.Data}
+		if r.Tombstone {
+			op = store.Op{Kind: store.OpTombstone, Key: key, Seq: r.Seq}
+		} else if len(r.Data) != limits.BlockBytes {
+			lastErr = fmt.Errorf("%s sent %d bytes for a block", b, len(r.Data))
+			continue
+		}
+		if err := s.store.Apply(ctx, []store.Op{op}); err != nil {
+			return nil, storeErr(err, "rewrite repaired block")
+		}
+		s.log.Info("repaired corrupt block from replica", "vol", v.Name, "block", key.Block, "gen", key.Gen, "from", b)
+		repairs.Inc()
+		if r.Tombstone {
+			return nil, nil
+		}
+		return r.Data, nil
+	}
+	return nil, status.Errorf(codes.DataLoss, "volume %s block %d gen %d: corrupt here and no replica could supply it (last error: %v)", v.Name, key.Block, key.Gen, lastErr)
+}
+
+// latestKey finds the key Latest(vol, block, maxGen) would read.
+func (s *Server) latestKey(vol, block, maxGen uint64) (store.Key, bool, error) {
+	var k store.Key
+	found := false
+	err := s.store.Scan(vol, block, block+1, func(e store.Entry) bool {
+		if e.Gen <= maxGen {
+			k, found = e.Key, true
+		}
+		return true
+	})
+	return k, found, err
+}
+
+// FetchBlock returns one exact stored block, verified by the local store.
+func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.FetchBlockResponse, error) {
+	data, e, err := s.store.Get(store.Key{Vol: r.Vol, Block: r.Block, Gen: r.Gen})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "brick %s holds no block %d gen %d of volume %d", s.cfg.Name, r.Block, r.Gen, r.Vol)
+	}
+	if err != nil {
+		return nil, storeErr(err, "fetch block")
+	}
+	return &pb.FetchBlockResponse{Data: data, Seq: e.Seq, Tombstone: e.Tombstone}, nil
+}
+
+// Decommit frees the blocks of [offset, offset+length) that this PG holds:
+// blocks only the live generation uses are removed; blocks a snapshot still
+// sees are hidden by a tombstone. Partly covered blocks are zeroed.
+func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.DecommitResponse, error) {
+	m, done, err := s.begin(ctx, r.MapEpoch)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	v, p, err := pgOf(m, r.Vol, r.Pg, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	if r.Length == 0 {
+		return &pb.DecommitResponse{}, nil
+	}
+	if r.Offset+r.Length < r.Offset && r.Offset+r.Length != 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "decommit at %d length %d passes 2^64", r.Offset, r.Length)
+	}
+	if err := s.checkPrimary(v, r.Pg, p); err != nil {
+		return nil, err
+	}
+	if err := checkFence(m, r.Writer); err != nil {
+		return nil, err
+	}
+	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	defer unlock()
+	ops, err := s.decommitOps(ctx, m, v, r.Pg, p, r.Offset, r.Length)
+	if err != nil {
+		return nil, err
+	}
+	for len(ops) > 0 {
+		n := min(len(ops), decommitBatchOps)
+		if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops[:n]); err != nil {
+			return nil, err
+		}
+		ops = ops[n:]
+	}
+	return &pb.DecommitResponse{}, nil
+}
+
+const decommitBatchOps = 1024
+
+func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, off, n uint64) ([]store.Op, error) {
+	end := off + n // 0 means 2^64
+	blo := off / limits.BlockBytes
+	if off%limits.BlockBytes != 0 {
+		blo++
+	}
+	bhi := end / limits.BlockBytes
+	if end == 0 {
+		bhi = ^uint64(0)
+	}
+	blocksPerChunk := uint64(v.ChunkBytes) / limits.BlockBytes
+	var ops []store.Op
+	add := func(op store.Op) error {
+		seq, err := s.nextSeq(m.Epoch)
+		op.Seq = seq
+		ops = append(ops, op)
+		return err
+	}
+	// Whole blocks: collect what is stored, per block.
+	var curBlock uint64
+	var gens []store.Entry
+	flush := func() error {
+		if len(gens) == 0 {
+			return nil
+		}
+		defer func() { gens = gens[:0] }()
+		var cur, lastOlder *store.Entry
+		for i := range gens {
+			if gens[i].Gen == v.Gen {
+				cur = &gens[i]
+			} else {
+				lastOlder = &gens[i]
+			}
+		}
+		switch {
+		case lastOlder == nil && cur != nil:
+			return add(store.Op{Kind: store.OpRemove, Key: cur.Key})
+		case lastOlder == nil:
+			return nil
+		case cur != nil && cur.Tombstone, cur == nil && lastOlder.Tombstone:
+			return nil // the live volume already reads zeros here
+		}
+		// A snapshot sees an older generation: hide it from the live volume.
+		return add(store.Op{Kind: store.OpTombstone, Key: store.Key{Vol: v.ID, Block: gens[0].Block, Gen: v.Gen}})
+	}
+	var scanErr error
+	if blo < bhi {
+		err := s.store.Scan(v.ID, blo, bhi, func(e store.Entry) bool {
+			if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) != pg || e.Gen > v.Gen {
+				return true
+			}
+			if e.Block != curBlock {
+				if scanErr = flush(); scanErr != nil {
+					return false
+				}
+				curBlock = e.Block
+			}
+			gens = append(gens, e)
+			return true
+		})
+		if err == nil {
+			err = scanErr
+		}
+		if err == nil {
+			err = flush()
+		}
+		if err != nil {
+			return nil, storeErr(err, "decommit scan")
+		}
+	}
+	// Partly covered edge blocks are zeroed in place.
+	for _, edge := range edgeRanges(off, end) {
+		b := edge[0] / limits.BlockBytes
+		if clustermap.PGOfChunk(v.ID, b/blocksPerChunk, len(v.PGs)) != pg {
+			continue
+		}
+		base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+		if err != nil {
+			return nil, err
+		}
+		if base == nil {
+			continue
+		}
+		within := int(edge[0] - b*limits.BlockBytes)
+		block := repl.Merge(base, limits.BlockBytes, within, make([]byte, edge[1]-edge[0]))
+		if err := add(store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Data: block}); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "%v", err)
+		}
+	}
+	return ops, nil
+}
+
+// edgeRanges returns the partly covered block pieces [from, to) at the
+// start and end of [off, end). An end or to of 0 stands for 2^64.
+func edgeRanges(off, end uint64) [][2]uint64 {
+	bs := uint64(limits.BlockBytes)
+	var out [][2]uint64
+	if off%bs != 0 {
+		to := (off/bs + 1) * bs // 0 when the block is the last one
+		if end != 0 && (to == 0 || end <= to) {
+			return [][2]uint64{{off, end}}
+		}
+		out = append(out, [2]uint64{off, to})
+	}
+	if end != 0 && end%bs != 0 && end/bs*bs >= off {
+		out = append(out, [2]uint64{end / bs * bs, end})
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+// Package repl holds the decisions of primary/backup replication as pure
+// functions: sequence numbers, which copy of a block wins, and what a
+// decommit turns into. It does no I/O and reads no clock; the brick server
+// calls it and carries out the result.
+//
+// Sequence numbers: seq = epoch<<32 | counter, where epoch is the map
+// epoch the primary acted under. Map epochs only grow and a PG has one
+// primary per epoch, so a later primary's seqs exceed every earlier one's.
+//
+// Guarantee: replicas that receive the same ops (forwarded in order, or by
+// backfill with a horizon) converge to the primary's blocks.
+package repl
+
+import "fmt"
+
+// CounterBits is the width of the per-epoch counter in a seq.
+const CounterBits = 32
+
+// NextSeq returns the seq to assign after last when acting under epoch.
+// It fails if the counter of this epoch would overflow (the caller should
+// wait for a new epoch).
+func NextSeq(last, epoch uint64) (uint64, error) {
+	base := epoch << CounterBits
+	if epoch >= 1<<(64-CounterBits) {
+		return 0, fmt.Errorf("repl: map epoch %d too large for a seq", epoch)
+	}
+	if last < base {
+		return base + 1, nil
+	}
+	if last+1 >= (epoch+1)<<CounterBits {
+		return 0, fmt.Errorf("repl: seq counter of epoch %d exhausted", epoch)
+	}
+	return last + 1, nil
+}
+
+// Existing describes what a replica holds for a key.
+type Existing struct {
+	Present bool
+	Seq     uint64
+}
+
+// ShouldApply decides whether a replica replaces its copy of a key with an
+// incoming op of seq. Forwarded writes pass horizon 0: newer seq wins.
+// Backfill passes the primary's horizon: a held entry at or below it is
+// replaced by the primary's authoritative copy (it may be a stale write
+// that was never acknowledged); above it, newer seq wins.
+func ShouldApply(e Existing, seq, horizon uint64) bool {
+	if !e.Present {
+		return true
+	}
+	if e.Seq == seq {
+		return false // already there
+	}
+	if e.Seq <= horizon {
+		return true
+	}
+	return seq > e.Seq
+}
+
+// ShouldRemoveInBackfill decides whether a backfill REMOVE (the primary does
+// not hold the key) removes a held entry.
+func ShouldRemoveInBackfill(e Existing, horizon uint64) bool {
+	return e.Present && e.Seq <= horizon
+}
+
+// BlockRange returns the blocks [lo, hi) that [off, off+n) touches and
+// whether the first and last are only partly covered.
+func BlockRange(off, n, blockBytes uint64) (lo, hi uint64) {
+	if n == 0 {
+		return off / blockBytes, off / blockBytes
+	}
+	return off / blockBytes, (off+n-1)/blockBytes + 1
+}
+
+// Merge returns a whole block: base (nil = zeros) with p written at offset
+// within the block.
+func Merge(base []byte, blockBytes int, within int, p []byte) []byte {
+	out := make([]byte, blockBytes)
+	copy(out, base)
+	copy(out[within:], p)
+	return out
+}

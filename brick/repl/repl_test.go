@@ -1,0 +1,72 @@
+package repl
+
+import (
+	"bytes"
+	"testing"
+)
+
+func TestNextSeqMonotonicAcrossEpochs(t *testing.T) {
+	s, err := NextSeq(0, 5)
+	if err != nil || s != 5<<32+1 {
+		t.Fatalf("first seq of epoch 5 = %d, %v", s, err)
+	}
+	s2, _ := NextSeq(s, 5)
+	if s2 != s+1 {
+		t.Fatalf("next = %d want %d", s2, s+1)
+	}
+	s3, _ := NextSeq(s2, 7)
+	if s3 <= s2 || s3>>32 != 7 {
+		t.Fatalf("new epoch seq %d not above %d", s3, s2)
+	}
+	// A primary that already went past the epoch base keeps counting.
+	s4, _ := NextSeq(s3+10, 7)
+	if s4 != s3+11 {
+		t.Fatalf("got %d", s4)
+	}
+	if _, err := NextSeq(8<<32-1, 7); err == nil {
+		t.Fatal("counter overflow not reported")
+	}
+}
+
+func TestShouldApply(t *testing.T) {
+	cases := []struct {
+		name         string
+		e            Existing
+		seq, horizon uint64
+		want         bool
+	}{
+		{"absent", Existing{}, 3, 0, true},
+		{"same seq", Existing{true, 9}, 9, 0, false},
+		{"newer forwarded", Existing{true, 9}, 10, 0, true},
+		{"older forwarded", Existing{true, 9}, 8, 0, false},
+		{"backfill replaces stale above own seq", Existing{true, 9}, 5, 20, true},
+		{"backfill keeps write forwarded after inventory", Existing{true, 30}, 5, 20, false},
+		{"backfill newer than forwarded", Existing{true, 30}, 31, 20, true},
+	}
+	for _, c := range cases {
+		if got := ShouldApply(c.e, c.seq, c.horizon); got != c.want {
+			t.Errorf("%s: got %v want %v", c.name, got, c.want)
+		}
+	}
+	if ShouldRemoveInBackfill(Existing{true, 30}, 20) || !ShouldRemoveInBackfill(Existing{true, 3}, 20) || ShouldRemoveInBackfill(Existing{}, 20) {
+		t.Error("ShouldRemoveInBackfill")
+	}
+}
+
+func TestBlockRangeAndMerge(t *testing.T) {
+	lo, hi := BlockRange(4095, 2, 4096)
+	if lo != 0 || hi != 2 {
+		t.Fatalf("got [%d,%d)", lo, hi)
+	}
+	lo, hi = BlockRange(8192, 4096, 4096)
+	if lo != 2 || hi != 3 {
+		t.Fatalf("got [%d,%d)", lo, hi)
+	}
+	b := Merge([]byte{1, 2, 3, 4}, 4, 1, []byte{9, 9})
+	if !bytes.Equal(b, []byte{1, 9, 9, 4}) {
+		t.Fatalf("merge %v", b)
+	}
+	if z := Merge(nil, 4, 3, []byte{7}); !bytes.Equal(z, []byte{0, 0, 0, 7}) {
+		t.Fatalf("merge on zeros %v", z)
+	}
+}

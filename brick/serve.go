@@ -1,0 +1,226 @@
+package brick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumeria-fs/plumeria/brick/repl"
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// Status codes a brick answers with; the volume client acts on the code:
+//
+//	FailedPrecondition  stale map epoch: refresh the map and retry
+//	Unavailable         not primary, no lease, a replica failed: retry
+//	PermissionDenied    the writer is fenced: never retry
+//	InvalidArgument     malformed request: never retry
+//	NotFound            unknown volume or snapshot
+//	DataLoss            a block is corrupt here and on every replica
+//	ResourceExhausted   a store is full
+var (
+	errStale = func(got, have uint64) error {
+		return status.Errorf(codes.FailedPrecondition, "stale map epoch %d (brick has %d)", got, have)
+	}
+)
+
+func nextSeq(last, epoch uint64) (uint64, error) { return repl.NextSeq(last, epoch) }
+
+// begin checks a request's map epoch and returns the brick's map with
+// mapMu held shared; the caller must call done.
+func (s *Server) begin(ctx context.Context, epoch uint64) (m *clustermap.Map, done func(), err error) {
+	if epoch > s.m.Load().Epoch {
+		if err := s.refresh(ctx, epoch); err != nil {
+			return nil, nil, status.Errorf(codes.Unavailable, "brick %s: cannot fetch map epoch %d: %v", s.cfg.Name, epoch, err)
+		}
+	}
+	s.mapMu.RLock()
+	m = s.m.Load()
+	if epoch < m.Epoch {
+		s.mapMu.RUnlock()
+		return nil, nil, errStale(epoch, m.Epoch)
+	}
+	return m, s.mapMu.RUnlock, nil
+}
+
+// pgOf checks that the volume and PG exist and that [off, off+n) lies in
+// one chunk of that PG.
+func pgOf(m *clustermap.Map, vol uint64, pg uint32, off, n uint64) (*clustermap.Volume, *clustermap.PG, error) {
+	v := m.VolumeByID(vol)
+	if v == nil {
+		return nil, nil, status.Errorf(codes.NotFound, "no volume with id %d", vol)
+	}
+	if int(pg) >= len(v.PGs) {
+		return nil, nil, status.Errorf(codes.InvalidArgument, "volume %s has no placement group %d", v.Name, pg)
+	}
+	if n > 0 {
+		if off+n < off {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "range at %d length %d passes 2^64", off, n)
+		}
+		cb := uint64(v.ChunkBytes)
+		if off/cb != (off+n-1)/cb {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "range at %d length %d crosses a chunk boundary (chunk %d bytes)", off, n, cb)
+		}
+		if v.PGOf(off) != pg {
+			return nil, nil, status.Errorf(codes.InvalidArgument, "offset %d belongs to pg %d, not %d", off, v.PGOf(off), pg)
+		}
+	}
+	return v, &v.PGs[pg], nil
+}
+
+// checkPrimary refuses unless this brick leads the PG and holds a lease.
+func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
+	if p.Primary() != s.cfg.Name {
+		return status.Errorf(codes.Unavailable, "brick %s is not the primary of volume %s pg %d (%s is)", s.cfg.Name, v.Name, pg, p.Primary())
+	}
+	if !s.leaseValid() {
+		return status.Errorf(codes.Unavailable, "brick %s: primary lease expired (coordinator unreachable)", s.cfg.Name)
+	}
+	return nil
+}
+
+func checkFence(m *clustermap.Map, w *pb.Writer) error {
+	if w == nil || w.Id == "" {
+		return status.Error(codes.InvalidArgument, "write without a writer id")
+	}
+	if min := m.FenceEpoch(w.Id); w.Epoch < min {
+		return status.Errorf(codes.PermissionDenied, "writer %s is fenced: epoch %d is below %d", w.Id, w.Epoch, min)
+	}
+	return nil
+}
+
+func storeErr(err error, what string) error {
+	switch {
+	case errors.Is(err, store.ErrNoSpace):
+		return status.Errorf(codes.ResourceExhausted, "%s: %v", what, err)
+	case errors.Is(err, store.ErrCorrupt):
+		return status.Errorf(codes.DataLoss, "%s: %v", what, err)
+	case status.Code(err) != codes.Unknown:
+		return err
+	}
+	return status.Errorf(codes.Internal, "%s: %v", what, err)
+}
+
+// Write merges data into the blocks it covers, assigns seqs, and applies
+// the result here and on every other member of the PG before answering.
+func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteResponse, error) {
+	if len(r.Data) == 0 {
+		return &pb.WriteResponse{}, nil
+	}
+	m, done, err := s.begin(ctx, r.MapEpoch)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	v, p, err := pgOf(m, r.Vol, r.Pg, r.Offset, uint64(len(r.Data)))
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkPrimary(v, r.Pg, p); err != nil {
+		return nil, err
+	}
+	if err := checkFence(m, r.Writer); err != nil {
+		return nil, err
+	}
+	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	defer unlock()
+	var ops []store.Op
+	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
+	for b := lo; b < hi; b++ {
+		bStart := b * limits.BlockBytes
+		from := max(bStart, r.Offset)
+		to := min(bStart+limits.BlockBytes, r.Offset+uint64(len(r.Data)))
+		piece := r.Data[from-r.Offset : to-r.Offset]
+		var block []byte
+		if len(piece) == limits.BlockBytes {
+			block = piece
+		} else {
+			base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+			if err != nil {
+				return nil, err
+			}
+			block = repl.Merge(base, limits.BlockBytes, int(from-bStart), piece)
+		}
+		seq, err := s.nextSeq(m.Epoch)
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "brick %s: %v", s.cfg.Name, err)
+		}
+		ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
+	}
+	if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops); err != nil {
+		return nil, err
+	}
+	return &pb.WriteResponse{}, nil
+}
+
+// replicate applies ops locally and on every other member, in parallel,
+// and succeeds only if all did.
+func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op) error {
+	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
+	errs := make(chan error, len(others)+1)
+	go func() {
+		if err := s.store.Apply(ctx, ops); err != nil {
+			errs <- storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))
+			return
+		}
+		errs <- nil
+	}()
+	req := &pb.ReplicateRequest{MapEpoch: m.Epoch, Vol: v.ID, Pg: pg, Primary: s.cfg.Name, Writer: w, Ops: toPB(ops)}
+	for _, b := range others {
+		go func() {
+			cl, err := s.peers.client(m, b)
+			if err == nil {
+				rctx, cancel := context.WithTimeout(ctx, replicateTimeout)
+				_, err = cl.Replicate(rctx, req)
+				cancel()
+			}
+			if err != nil {
+				code := status.Code(err)
+				if code != codes.PermissionDenied && code != codes.ResourceExhausted {
+					code = codes.Unavailable
+				}
+				err = status.Errorf(code, "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range len(others) + 1 {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func errMsg(err error) string {
+	if st, ok := status.FromError(err); ok {
+		return st.Message()
+	}
+	return err.Error()
+}
+
+// readBlock returns the block's bytes as of gen (nil means zeros),
+// repairing a corrupt local copy from another in-sync member.
+func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, block, gen uint64) ([]byte, error) {
+	data, e, err := s.store.Latest(v.ID, block, gen)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, nil
+	case errors.Is(err, store.ErrCorrupt):
+		s.log.Warn("corrupt block; repairing from a replica", "vol", v.Name, "block", block, "err", err)
+		return s.repair(ctx, m, v, p, e.Key)
+	case err != nil:
+		return nil, storeErr(err, "read")
+	case e.Tombstone:
+		return nil, nil
+	}
+	return data, nil
+}

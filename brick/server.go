@@ -1,0 +1,339 @@
+// Package brick is the brick role: it stores chunks of virtual disks in its
+// local store (brick/store), serves reads and writes as the primary of its
+// placement groups, replicates to backups, backfills new replicas and
+// repairs corrupt blocks from peers. Decisions live in brick/repl; this
+// package does the I/O around them.
+//
+// Guarantee: a write is acknowledged only after every member of the PG in
+// the map this brick holds has made it durable; a brick refuses requests
+// routed with an older map epoch, writes of fenced writers, and primary
+// work once its lease from the coordinator has run out.
+package brick
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// Config configures a brick.
+type Config struct {
+	Name          string
+	Addr          string // advertised gRPC address
+	DataDir       string // the store lives in DataDir/store
+	Domain        map[string]string
+	CapacityBytes int64 // 0: free space of DataDir's file system
+	Coord         *coordclient.Client
+	Logger        *slog.Logger
+	// HeartbeatInterval zero means limits.HeartbeatInterval.
+	HeartbeatInterval time.Duration
+}
+
+// Server is a running brick.
+type Server struct {
+	pb.UnimplementedBrickServer
+	cfg   Config
+	log   *slog.Logger
+	store *store.Store
+	peers *peers
+	stop  chan struct{}
+	wg    sync.WaitGroup
+
+	// mapMu orders map installs against requests: handlers hold it shared
+	// for their whole duration, an install holds it exclusively, so once an
+	// install returns no request still runs under the old map.
+	mapMu sync.RWMutex
+	m     atomic.Pointer[clustermap.Map]
+
+	leaseUntil atomic.Int64 // unix nanos until which this brick may act as primary
+	lastSeq    atomic.Uint64
+	seqMu      sync.Mutex
+
+	pgMu   sync.Mutex
+	pgLock map[pgKey]*sync.Mutex // per-PG write order at the primary
+
+	fetchMu sync.Mutex // single-flight map refresh
+
+	bf struct {
+		sync.Mutex
+		running map[bfKey]bool
+	}
+	usage atomic.Pointer[[]*pb.PGUsage]
+}
+
+type pgKey struct {
+	vol uint64
+	pg  uint32
+}
+
+type bfKey struct {
+	pgKey
+	target string
+}
+
+// New opens the store and registers the brick service on gs (before gs
+// serves). Call Run once gs serves, to join the cluster.
+func New(cfg Config, gs *grpc.Server) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = limits.HeartbeatInterval
+	}
+	dir := filepath.Join(cfg.DataDir, "store")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("brick: create %s: %w", dir, err)
+	}
+	st, err := store.Open(dir, store.Options{CapacityBytes: cfg.CapacityBytes, Logger: cfg.Logger})
+	if err != nil {
+		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}}
+	s.bf.running = map[bfKey]bool{}
+	s.m.Store(&clustermap.Map{})
+	if err := s.initSeq(); err != nil {
+		st.Close()
+		return nil, err
+	}
+	pb.RegisterBrickServer(gs, s)
+	return s, nil
+}
+
+// Run registers with the coordinator (retrying until ctx ends) and starts
+// heartbeats, usage counting and the cleaner.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.register(ctx); err != nil {
+		return fmt.Errorf("brick %s: register with coordinator: %w", s.cfg.Name, err)
+	}
+	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.m.Load().Epoch)
+	s.wg.Add(3)
+	go s.heartbeatLoop()
+	go s.usageLoop()
+	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()
+	return nil
+}
+
+// ctx returns a context cancelled when the server stops.
+func (s *Server) ctx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-s.stop; cancel() }()
+	return ctx
+}
+
+// Stop stops background work and closes the store.
+func (s *Server) Stop() {
+	close(s.stop)
+	s.wg.Wait()
+	s.peers.close()
+	s.store.Close()
+}
+
+// Store exposes the local store (for status and tests).
+func (s *Server) Store() *store.Store { return s.store }
+
+// initSeq starts the seq counter above every seq already stored, so a
+// restarted primary never reuses one.
+func (s *Server) initSeq() error {
+	vols, err := s.store.Vols()
+	if err != nil {
+		return fmt.Errorf("brick: list volumes: %w", err)
+	}
+	var maxSeq uint64
+	for _, v := range vols {
+		if err := s.store.Scan(v, 0, ^uint64(0), func(e store.Entry) bool {
+			maxSeq = max(maxSeq, e.Seq)
+			return true
+		}); err != nil {
+			return fmt.Errorf("brick: scan volume %d: %w", v, err)
+		}
+	}
+	s.lastSeq.Store(maxSeq)
+	return nil
+}
+
+func (s *Server) register(ctx context.Context) error {
+	st := s.store.Stats()
+	return s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		r, err := cl.RegisterBrick(ctx, &pb.RegisterBrickRequest{Name: s.cfg.Name, Addr: s.cfg.Addr,
+			Domain: s.cfg.Domain, CapacityBytes: st.CapacityBytes})
+		if err != nil {
+			return err
+		}
+		m, err := clustermap.Decode(r.MapJson)
+		if err != nil {
+			return err
+		}
+		s.install(m)
+		return nil
+	})
+}
+
+// install makes m the brick's map if it is newer, waiting for every request
+// running under the old map to finish.
+func (s *Server) install(m *clustermap.Map) {
+	if m.Epoch <= s.m.Load().Epoch {
+		return
+	}
+	s.mapMu.Lock()
+	if m.Epoch > s.m.Load().Epoch {
+		s.m.Store(m)
+	}
+	s.mapMu.Unlock()
+	s.startBackfills(m)
+}
+
+// refresh fetches a map with at least epoch from the coordinator.
+func (s *Server) refresh(ctx context.Context, epoch uint64) error {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	if s.m.Load().Epoch >= epoch {
+		return nil
+	}
+	m, err := s.cfg.Coord.Map(ctx, epoch)
+	if err != nil {
+		return err
+	}
+	if m.Epoch < epoch {
+		return fmt.Errorf("coordinator map epoch %d is behind request epoch %d", m.Epoch, epoch)
+	}
+	s.install(m)
+	return nil
+}
+
+func (s *Server) heartbeatLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		s.heartbeat()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// heartbeat renews the lease. The lease counts from the moment the request
+// was sent, and is extended only after any newer map in the reply is
+// installed, so a brick never leads under a map older than its lease.
+func (s *Server) heartbeat() {
+	sent := time.Now()
+	st := s.store.Stats()
+	req := &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_BRICK, MapEpoch: s.m.Load().Epoch,
+		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr}
+	if u := s.usage.Load(); u != nil {
+		req.Usage = *u
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	var resp *pb.HeartbeatResponse
+	err := s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		var err error
+		resp, err = cl.Heartbeat(ctx, req)
+		return err
+	})
+	if err != nil {
+		s.log.Debug("heartbeat failed", "err", err)
+		return
+	}
+	if len(resp.MapJson) > 0 {
+		m, err := clustermap.Decode(resp.MapJson)
+		if err != nil {
+			s.log.Error("heartbeat: bad map from coordinator", "err", err)
+			return
+		}
+		s.install(m)
+		if s.m.Load().Brick(s.cfg.Name) == nil {
+			// The map no longer knows this brick (removed, or a fresh
+			// cluster): announce it again.
+			_ = s.register(ctx)
+		}
+	}
+	s.leaseUntil.Store(sent.Add(time.Duration(resp.LeaseMs) * time.Millisecond).UnixNano())
+}
+
+func (s *Server) leaseValid() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }
+
+// usageLoop counts, every few seconds, the chunks this brick holds per PG
+// (reported in heartbeats for status' chunk and degraded counts).
+func (s *Server) usageLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		s.countUsage()
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Server) countUsage() {
+	m := s.m.Load()
+	var out []*pb.PGUsage
+	for _, v := range m.Volumes {
+		counts := map[uint32]int64{}
+		lastChunk := ^uint64(0)
+		blocksPerChunk := uint64(v.ChunkBytes) / limits.BlockBytes
+		err := s.store.Scan(v.ID, 0, ^uint64(0), func(e store.Entry) bool {
+			if c := e.Block / blocksPerChunk; c != lastChunk {
+				lastChunk = c
+				counts[clustermap.PGOfChunk(v.ID, c, len(v.PGs))]++
+			}
+			return true
+		})
+		if err != nil {
+			s.log.Warn("count usage", "vol", v.Name, "err", err)
+			continue
+		}
+		for pg, n := range counts {
+			out = append(out, &pb.PGUsage{Vol: v.ID, Pg: pg, Chunks: n})
+		}
+	}
+	s.usage.Store(&out)
+}
+
+// nextSeq assigns a fresh seq under the current map epoch.
+func (s *Server) nextSeq(epoch uint64) (uint64, error) {
+	s.seqMu.Lock()
+	defer s.seqMu.Unlock()
+	seq, err := nextSeq(s.lastSeq.Load(), epoch)
+	if err != nil {
+		return 0, err
+	}
+	s.lastSeq.Store(seq)
+	return seq, nil
+}
+
+func (s *Server) lockPG(k pgKey) func() {
+	s.pgMu.Lock()
+	l := s.pgLock[k]
+	if l == nil {
+		l = &sync.Mutex{}
+		s.pgLock[k] = l
+	}
+	s.pgMu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+var errStopped = errors.New("brick: stopping")

@@ -1,0 +1,292 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+)
+
+// request is one encoded batch on its way to the committer.
+type request struct {
+	buf      []byte     // the batch's records and its commit record
+	recs     []scanned  // the records in buf; off is relative to buf
+	internal bool       // a cleaner batch: may use the reserve; not counted in Stats.Batches
+	done     chan error // buffered; the committer sends exactly once
+}
+
+// batchBuilder encodes the records of one batch and closes it with a
+// commit record.
+type batchBuilder struct{ r *request }
+
+func newBatchBuilder(records, bytes int) batchBuilder {
+	return batchBuilder{r: &request{
+		buf:  make([]byte, 0, bytes+headerBytes),
+		recs: make([]scanned, 0, records),
+		done: make(chan error, 1),
+	}}
+}
+
+func (bb batchBuilder) add(h header, data []byte) batchBuilder {
+	off := len(bb.r.buf)
+	bb.r.buf = appendRecord(bb.r.buf, h, data)
+	// Pair the encoder with the decoder before anything reaches the disk.
+	dh, err := decodeHeader(bb.r.buf[off:])
+	if err != nil || dh.key() != h.key() || dh.kind != h.kind || dh.seq != h.seq {
+		panic(fmt.Sprintf("store: record does not decode as encoded: %v", err))
+	}
+	bb.r.recs = append(bb.r.recs, scanned{h: dh, off: int64(off)})
+	return bb
+}
+
+func (bb batchBuilder) finish() *request {
+	r := bb.r
+	for i := range r.recs {
+		off := r.recs[i].off
+		r.recs[i].rec = r.buf[off : off+headerBytes+int64(r.recs[i].h.dlen)]
+	}
+	commit := header{kind: kindCommit, vol: uint64(len(r.recs)), block: uint64(len(r.buf))}
+	r.buf = appendRecord(r.buf, commit, nil)
+	return r
+}
+
+// encodeBatch checks ops and encodes them as one batch.
+func encodeBatch(ops []Op) (*request, error) {
+	if len(ops) > BatchOpsMax {
+		return nil, fmt.Errorf("%d ops, more than %d: %w", len(ops), BatchOpsMax, ErrInvalid)
+	}
+	bb := newBatchBuilder(len(ops), len(ops)*putRecordBytes)
+	for i, op := range ops {
+		h, err := opHeader(op)
+		if err != nil {
+			return nil, fmt.Errorf("op %d: %w", i, err)
+		}
+		bb = bb.add(h, op.Data)
+	}
+	return bb.finish(), nil
+}
+
+func opHeader(op Op) (header, error) {
+	h := header{vol: op.Key.Vol, block: op.Key.Block, gen: op.Key.Gen, seq: op.Seq}
+	switch op.Kind {
+	case OpPut:
+		h.kind = kindPut
+		if len(op.Data) != limits.BlockBytes {
+			return h, fmt.Errorf("put of %d bytes, want %d: %w", len(op.Data), limits.BlockBytes, ErrInvalid)
+		}
+	case OpTombstone, OpRemove:
+		h.kind = kindTombstone
+		if op.Kind == OpRemove {
+			h.kind = kindRemove
+		}
+		if len(op.Data) != 0 {
+			return h, fmt.Errorf("kind %d with %d data bytes: %w", op.Kind, len(op.Data), ErrInvalid)
+		}
+	default:
+		return h, fmt.Errorf("kind %d: %w", op.Kind, ErrInvalid)
+	}
+	h.dlen = uint32(len(op.Data))
+	return h, nil
+}
+
+// Apply makes ops durable (fsync'd) before it returns, atomically as a
+// batch with respect to crashes. Later ops of a batch win over earlier ones
+// on the same key. Concurrent calls are group committed. ctx is honoured
+// until the batch is queued; after that Apply waits for the outcome, which
+// one write and one fsync bound, so a batch is never left in doubt.
+// Errors: ErrInvalid (nothing written), ErrNoSpace (nothing of the batch
+// visible, store still usable), ErrClosed, ctx's error, or an I/O error
+// after which the store must be reopened.
+func (s *Store) Apply(ctx context.Context, ops []Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return nil
+	}
+	r, err := encodeBatch(ops)
+	if err != nil {
+		return err
+	}
+	return s.submit(ctx, r)
+}
+
+func (s *Store) submit(ctx context.Context, r *request) error {
+	select {
+	case s.reqs <- r:
+	case <-s.stop:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return <-r.done
+}
+
+// runCommitter is the only writer of segments and of the index. It takes
+// a batch, gathers every batch queued meanwhile, and commits them with one
+// write and one fsync per segment touched. It returns when Close is called.
+func (s *Store) runCommitter() {
+	defer close(s.committerDone)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case r := <-s.reqs:
+			s.commitGroup(s.gather(r))
+		}
+	}
+}
+
+func (s *Store) gather(first *request) []*request {
+	group, n := []*request{first}, len(first.buf)
+	for n < groupBytesMax {
+		select {
+		case r := <-s.reqs:
+			group, n = append(group, r), n+len(r.buf)
+		default:
+			return group
+		}
+	}
+	return group
+}
+
+// commitGroup splits group into runs that fit the head segment, rolling
+// between runs, and fails the batches that do not fit the capacity.
+func (s *Store) commitGroup(group []*request) {
+	var run []*request
+	var runBytes int64
+	for _, r := range group {
+		if err := s.brokenErr(); err != nil {
+			r.done <- err
+			continue
+		}
+		if err := s.admit(r, runBytes); err != nil {
+			r.done <- err
+			continue
+		}
+		n := int64(len(r.buf))
+		if size := s.head.size.Load() + runBytes; size > 0 && size+n > s.opts.SegmentBytes {
+			s.flushRun(run, runBytes)
+			run, runBytes = nil, 0
+			if err := s.roll(); err != nil {
+				r.done <- fmt.Errorf("roll segment: %w", err)
+				continue
+			}
+		}
+		run, runBytes = append(run, r), runBytes+n
+	}
+	s.flushRun(run, runBytes)
+}
+
+// admit fails r with ErrNoSpace if it would take the segments past the
+// capacity; Apply batches may not use the cleaner's reserve.
+func (s *Store) admit(r *request, pending int64) error {
+	limit := s.capacity - s.reserve
+	if r.internal {
+		limit = s.capacity
+	}
+	if need := s.used.Load() + pending + int64(len(r.buf)); need > limit {
+		return fmt.Errorf("batch of %d bytes would use %d of %d bytes: %w", len(r.buf), need, limit, ErrNoSpace)
+	}
+	return nil
+}
+
+// flushRun appends run to the head segment, fsyncs it, updates the index
+// and answers each batch.
+func (s *Store) flushRun(run []*request, n int64) {
+	if len(run) == 0 {
+		return
+	}
+	head, base := s.head, s.head.size.Load()
+	buf := s.groupBuf[:0]
+	for _, r := range run {
+		buf = append(buf, r.buf...)
+	}
+	s.groupBuf = buf
+	err := s.writeDurable(head, buf, base)
+	if err == nil {
+		head.size.Store(base + n)
+		s.used.Add(n)
+		if err = s.indexRun(head.id, base, run); err != nil {
+			s.setBroken(err)
+			err = s.brokenErr()
+		}
+	}
+	for _, r := range run {
+		if err == nil && !r.internal {
+			s.stats.batches.Add(1)
+		}
+		r.done <- err
+	}
+}
+
+// writeDurable writes buf at off and fsyncs. On ENOSPC it truncates the
+// partial write away and returns ErrNoSpace; the store stays usable. Any
+// other failure breaks the store: after a failed fsync the file's contents
+// are unknown (the page cache may have dropped them), and only a reopen,
+// which re-reads the disk, can tell what survived.
+func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
+	_, err := seg.f.WriteAt(buf, off)
+	if err == nil {
+		err = seg.f.Sync()
+	}
+	if err == nil {
+		s.stats.commits.Add(1)
+		return nil
+	}
+	err = fmt.Errorf("append %d bytes to segment %d at %d: %w", len(buf), seg.id, off, noSpace(err))
+	if !errors.Is(err, ErrNoSpace) {
+		s.setBroken(err)
+		return s.brokenErr()
+	}
+	if terr := seg.f.Truncate(off); terr != nil {
+		s.setBroken(fmt.Errorf("truncate segment %d after %v: %w", seg.id, err, terr))
+		return s.brokenErr()
+	}
+	if serr := seg.f.Sync(); serr != nil {
+		s.setBroken(fmt.Errorf("sync segment %d after %v: %w", seg.id, err, serr))
+		return s.brokenErr()
+	}
+	return err
+}
+
+// indexRun applies the records of run, written at (seg, base), to the
+// index with the new watermark, without fsync: the segment is durable.
+func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
+	b := s.db.NewIndexedBatch()
+	defer b.Close()
+	d := newDelta()
+	off := uint64(base)
+	for _, r := range run {
+		for _, rec := range r.recs {
+			if err := applyRecord(b, seg, off+uint64(rec.off), rec.h, rec.rec, d); err != nil {
+				return fmt.Errorf("index segment %d: %w", seg, err)
+			}
+		}
+		off += uint64(len(r.buf))
+	}
+	if err := b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg, off: off}), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("index segment %d: %w", seg, err)
+	}
+	s.addDelta(d)
+	return nil
+}
+
+// roll seals the head segment (its last run is fsync'd) and starts the next.
+func (s *Store) roll() error {
+	seg, err := s.createSegment(s.head.id + 1)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.mu.segs[seg.id] = seg
+	s.mu.Unlock()
+	s.head = seg
+	s.headID.Store(seg.id)
+	return nil
+}

@@ -1,0 +1,26 @@
+// Package store is a brick's local block store: fixed-size blocks of
+// limits.BlockBytes, keyed by (volume, block, snapshot generation), kept in
+// append-only checksummed segment files on one local disk, with an index in
+// pebble and a cleaner that reclaims the space of overwritten blocks (LFS, xFS §4).
+//
+// It owns the brick's data directory and nothing else: it does not replicate,
+// repair, or interpret sequence numbers; it records the Seq the caller gives.
+//
+// Guarantees:
+//   - Apply returns nil only once the whole batch is fsync'd. After a crash a
+//     batch is either wholly visible or not at all, and every acknowledged
+//     batch is visible.
+//   - Every data read is checked against its crc32c; bad bytes are never
+//     returned (ErrCorrupt instead), and the cleaner never launders them:
+//     it moves a corrupt record verbatim, so it keeps reading as corrupt.
+//   - A full disk fails the batch with ErrNoSpace and loses nothing that was
+//     acknowledged; the store stays usable.
+//
+// Layout of dir:
+//
+//	seg-%016x.log   segments, appended by one committer goroutine (record.go)
+//	index/          pebble: block keys → record location (index.go)
+//
+// Concurrency: all methods are safe for concurrent use. Apply calls are group
+// committed: one write and one fsync carry every batch queued meanwhile.
+package store

@@ -1,0 +1,245 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Index format, version 1, in pebble under dir/index.
+//
+//	key                                    value
+//	'e' | vol 8 | block 8 | gen 8 (BE)     entry value, below
+//	'm' | "version"                        formatVersion, 1 byte
+//	'm' | "watermark"                      | ver 1 | seg 8 | off 8 |  (LE)
+//
+// Entry keys are big-endian so pebble's order is (vol, block, gen), the
+// order Scan promises. Entry value, little-endian:
+//
+//	+-----+-------+-----+-----+-----+-----+
+//	| ver | flags | seg | off | len | seq |
+//	|  1  |   1   |  8  |  8  |  4  |  8  |
+//	+-----+-------+-----+-----+-----+-----+
+//
+//	flags  bit 0: tombstone; other bits 0
+//	seg, off, len  where the put or tombstone record lies (header included)
+//
+// The watermark says the index reflects every record of the segments before
+// (seg, off). Index batches are committed without fsync, always together
+// with the watermark; the segment fsync is the durability point, and Open
+// replays the segments from the watermark. Replay and the live committer
+// apply records through the same function, applyRecord, so the index after
+// replay is the index the live store had.
+const (
+	entryPrefix     = 'e'
+	metaPrefix      = 'm'
+	entryKeyBytes   = 1 + 24
+	entryValueBytes = 1 + 1 + 8 + 8 + 4 + 8
+	watermarkBytes  = 1 + 8 + 8
+	flagTombstone   = 1
+)
+
+var (
+	versionKey   = []byte{metaPrefix, 'v', 'e', 'r', 's', 'i', 'o', 'n'}
+	watermarkKey = []byte{metaPrefix, 'w', 'a', 't', 'e', 'r', 'm', 'a', 'r', 'k'}
+	errIndexBad  = errors.New("bad index value")
+)
+
+// entry is a decoded index value.
+type entry struct {
+	seg, off uint64
+	len      uint32
+	seq      uint64
+	tomb     bool
+}
+
+// watermark is a position in the log: segment id and byte offset.
+type watermark struct{ seg, off uint64 }
+
+func entryKey(k Key) []byte {
+	b := make([]byte, entryKeyBytes)
+	b[0] = entryPrefix
+	binary.BigEndian.PutUint64(b[1:], k.Vol)
+	binary.BigEndian.PutUint64(b[9:], k.Block)
+	binary.BigEndian.PutUint64(b[17:], k.Gen)
+	return b
+}
+
+func decodeEntryKey(b []byte) (Key, error) {
+	if len(b) != entryKeyBytes || b[0] != entryPrefix {
+		return Key{}, fmt.Errorf("key %x: %w", b, errIndexBad)
+	}
+	return Key{
+		Vol:   binary.BigEndian.Uint64(b[1:]),
+		Block: binary.BigEndian.Uint64(b[9:]),
+		Gen:   binary.BigEndian.Uint64(b[17:]),
+	}, nil
+}
+
+func appendEntry(dst []byte, e entry) []byte {
+	var b [entryValueBytes]byte
+	b[0] = formatVersion
+	if e.tomb {
+		b[1] = flagTombstone
+	}
+	binary.LittleEndian.PutUint64(b[2:], e.seg)
+	binary.LittleEndian.PutUint64(b[10:], e.off)
+	binary.LittleEndian.PutUint32(b[18:], e.len)
+	binary.LittleEndian.PutUint64(b[22:], e.seq)
+	return append(dst, b[:]...)
+}
+
+func decodeEntry(b []byte) (entry, error) {
+	if len(b) != entryValueBytes || b[0] != formatVersion || b[1]&^flagTombstone != 0 {
+		return entry{}, fmt.Errorf("value %x: %w", b, errIndexBad)
+	}
+	e := entry{
+		tomb: b[1]&flagTombstone != 0,
+		seg:  binary.LittleEndian.Uint64(b[2:]),
+		off:  binary.LittleEndian.Uint64(b[10:]),
+		len:  binary.LittleEndian.Uint32(b[18:]),
+		seq:  binary.LittleEndian.Uint64(b[22:]),
+	}
+	want := uint32(putRecordBytes)
+	if e.tomb {
+		want = headerBytes
+	}
+	if e.len != want {
+		return entry{}, fmt.Errorf("value len %d tombstone %v: %w", e.len, e.tomb, errIndexBad)
+	}
+	return e, nil
+}
+
+func appendWatermark(dst []byte, w watermark) []byte {
+	var b [watermarkBytes]byte
+	b[0] = formatVersion
+	binary.LittleEndian.PutUint64(b[1:], w.seg)
+	binary.LittleEndian.PutUint64(b[9:], w.off)
+	return append(dst, b[:]...)
+}
+
+func decodeWatermark(b []byte) (watermark, error) {
+	if len(b) != watermarkBytes || b[0] != formatVersion {
+		return watermark{}, fmt.Errorf("watermark %x: %w", b, errIndexBad)
+	}
+	return watermark{seg: binary.LittleEndian.Uint64(b[1:]), off: binary.LittleEndian.Uint64(b[9:])}, nil
+}
+
+// getFunc reads one pebble key: from a DB, or from an indexed batch, which
+// sees its own uncommitted writes. The func it returns releases the value.
+type getFunc func(key []byte) ([]byte, func() error, error)
+
+// getEntry reads the index entry of key k through get.
+func getEntry(get getFunc, k Key) (entry, bool, error) {
+	v, closer, err := get(entryKey(k))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return entry{}, false, nil
+	}
+	if err != nil {
+		return entry{}, false, fmt.Errorf("index get %v: %w", k, err)
+	}
+	e, err := decodeEntry(v)
+	if cerr := closer(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return entry{}, false, fmt.Errorf("index get %v: %w", k, err)
+	}
+	return e, true, nil
+}
+
+func dbGetter(db *pebble.DB) getFunc {
+	return func(k []byte) ([]byte, func() error, error) {
+		v, c, err := db.Get(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		return v, c.Close, nil
+	}
+}
+
+func batchGetter(b *pebble.Batch) getFunc {
+	return func(k []byte) ([]byte, func() error, error) {
+		v, c, err := b.Get(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		return v, c.Close, nil
+	}
+}
+
+// delta collects the accounting changes of index updates not yet committed.
+type delta struct {
+	live    map[uint64]int64 // segment id → change of live bytes
+	entries int64
+}
+
+func newDelta() *delta { return &delta{live: map[uint64]int64{}} }
+
+// applyRecord updates the index batch b for record r, which lies at (seg, off).
+// Later records win; a move applies only if the key still points at the
+// move's source. It must stay deterministic: Open replays it over the log.
+func applyRecord(b *pebble.Batch, seg, off uint64, h header, rec []byte, d *delta) error {
+	get := batchGetter(b)
+	switch h.kind {
+	case kindPut, kindTombstone:
+		e := entry{seg: seg, off: off, len: uint32(len(rec)), seq: h.seq, tomb: h.kind == kindTombstone}
+		return setEntry(b, get, h.key(), e, d)
+	case kindRemove:
+		old, ok, err := getEntry(get, h.key())
+		if err != nil || !ok {
+			return err
+		}
+		d.live[old.seg] -= int64(old.len)
+		d.entries--
+		return b.Delete(entryKey(h.key()), nil)
+	case kindMove:
+		ih, inner, err := decodeMove(h, rec)
+		if err != nil {
+			return err
+		}
+		old, ok, err := getEntry(get, ih.key())
+		if err != nil || !ok || old.seg != h.moveSeg() || old.off != h.moveOff() {
+			return err
+		}
+		e := entry{seg: seg, off: off + headerBytes, len: uint32(len(inner)), seq: ih.seq, tomb: ih.kind == kindTombstone}
+		return setEntry(b, get, ih.key(), e, d)
+	}
+	return nil // commit records carry no index change
+}
+
+func setEntry(b *pebble.Batch, get getFunc, k Key, e entry, d *delta) error {
+	old, ok, err := getEntry(get, k)
+	if err != nil {
+		return err
+	}
+	if ok {
+		d.live[old.seg] -= int64(old.len)
+	} else {
+		d.entries++
+	}
+	d.live[e.seg] += int64(e.len)
+	return b.Set(entryKey(k), appendEntry(nil, e), nil)
+}
+
+// pebbleLogger sends pebble's log lines to slog at debug level, errors at
+// error level, so pebble stays quiet on stderr.
+type pebbleLogger struct{ log *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.log.Debug("pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.log.Error("pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf must not return (pebble's contract).
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := "pebble: " + fmt.Sprintf(format, args...)
+	l.log.Error(msg)
+	panic(msg)
+}

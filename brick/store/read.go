@@ -1,0 +1,185 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Get returns the exact key's entry and data (nil data for a tombstone).
+// The data is checked against its crc on every read. Errors: ErrNotFound;
+// ErrCorrupt (with the index's Entry, so the caller can repair that
+// version; the bad bytes are never returned); ErrClosed; I/O errors.
+func (s *Store) Get(key Key) ([]byte, Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, Entry{}, ErrClosed
+	}
+	e, ok, err := getEntry(dbGetter(s.db), key)
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	if !ok {
+		return nil, Entry{}, fmt.Errorf("get %v: %w", key, ErrNotFound)
+	}
+	return s.readEntryLocked(key, e)
+}
+
+// Latest returns the entry with the greatest Gen <= maxGen for (vol,
+// block), and its data; a tombstone has nil data. Errors as Get.
+func (s *Store) Latest(vol, block, maxGen uint64) ([]byte, Entry, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, Entry{}, ErrClosed
+	}
+	lo := entryKey(Key{Vol: vol, Block: block})
+	hi := append(entryKey(Key{Vol: vol, Block: block, Gen: maxGen}), 0)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, Entry{}, err
+	}
+	k, e, found, err := lastEntry(it)
+	if err != nil {
+		return nil, Entry{}, fmt.Errorf("latest vol %d block %d gen <= %d: %w", vol, block, maxGen, err)
+	}
+	if !found {
+		return nil, Entry{}, fmt.Errorf("latest vol %d block %d gen <= %d: %w", vol, block, maxGen, ErrNotFound)
+	}
+	return s.readEntryLocked(k, e)
+}
+
+// lastEntry decodes the last entry of it and closes it.
+func lastEntry(it *pebble.Iterator) (Key, entry, bool, error) {
+	if !it.Last() {
+		return Key{}, entry{}, false, it.Close()
+	}
+	k, kerr := decodeEntryKey(it.Key())
+	e, verr := decodeEntry(it.Value())
+	if err := errors.Join(kerr, verr, it.Close()); err != nil {
+		return Key{}, entry{}, false, err
+	}
+	return k, e, true, nil
+}
+
+// readEntryLocked returns the data of entry e of key k, checked. The caller
+// holds s.mu (R).
+func (s *Store) readEntryLocked(k Key, e entry) ([]byte, Entry, error) {
+	ent := Entry{Key: k, Seq: e.seq, Tombstone: e.tomb}
+	if e.tomb {
+		return nil, ent, nil
+	}
+	seg := s.mu.segs[e.seg]
+	if seg == nil {
+		return nil, ent, s.corrupt(k, e, "segment file missing")
+	}
+	rec := make([]byte, e.len)
+	if _, err := seg.f.ReadAt(rec, int64(e.off)); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, ent, s.corrupt(k, e, "record past end of segment")
+		}
+		return nil, ent, fmt.Errorf("get %v: read segment %d at %d: %w", k, e.seg, e.off, err)
+	}
+	h, n, err := decodeRecord(rec)
+	if err != nil {
+		return nil, ent, s.corrupt(k, e, err)
+	}
+	if h.kind != kindPut || h.key() != k || h.seq != e.seq || n != len(rec) {
+		return nil, ent, s.corrupt(k, e, fmt.Sprintf("record kind %d key %v seq %d disagrees with index", h.kind, h.key(), h.seq))
+	}
+	return rec[headerBytes:], ent, nil
+}
+
+func (s *Store) corrupt(k Key, e entry, why any) error {
+	s.stats.corruptReads.Add(1)
+	err := fmt.Errorf("vol %d block %d gen %d: segment %d offset %d: %v: %w",
+		k.Vol, k.Block, k.Gen, e.seg, e.off, why, ErrCorrupt)
+	s.log.Warn("corrupt block", "err", err)
+	return err
+}
+
+// Scan visits the index entries (no data is read) of vol with
+// blockLo <= Block < blockHi in key order (Block, then Gen, ascending),
+// until fn returns false. fn runs with no lock held and may call the store;
+// it sees each entry as of some moment during the Scan.
+func (s *Store) Scan(vol, blockLo, blockHi uint64, fn func(Entry) bool) error {
+	if blockLo >= blockHi {
+		return nil
+	}
+	lo := entryKey(Key{Vol: vol, Block: blockLo})
+	hi := entryKey(Key{Vol: vol, Block: blockHi})
+	for lo != nil {
+		ents, next, err := s.scanChunk(lo, hi)
+		if err != nil {
+			return fmt.Errorf("scan vol %d blocks [%d, %d): %w", vol, blockLo, blockHi, err)
+		}
+		for _, e := range ents {
+			if !fn(e) {
+				return nil
+			}
+		}
+		lo = next
+	}
+	return nil
+}
+
+// scanChunk reads up to scanEntriesMax entries in [lo, hi) and returns the
+// key to continue from, or nil at the end.
+func (s *Store) scanChunk(lo, hi []byte) ([]Entry, []byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, nil, ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, nil, err
+	}
+	var ents []Entry
+	var next []byte
+	for it.First(); it.Valid(); it.Next() {
+		if len(ents) == scanEntriesMax {
+			next = append([]byte(nil), it.Key()...)
+			break
+		}
+		k, kerr := decodeEntryKey(it.Key())
+		e, verr := decodeEntry(it.Value())
+		if err := errors.Join(kerr, verr); err != nil {
+			it.Close()
+			return nil, nil, err
+		}
+		ents = append(ents, Entry{Key: k, Seq: e.seq, Tombstone: e.tomb})
+	}
+	return ents, next, it.Close()
+}
+
+// Vols lists, ascending, the volume ids that have at least one entry.
+func (s *Store) Vols() ([]uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, ErrClosed
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{entryPrefix}, UpperBound: []byte{entryPrefix + 1}})
+	if err != nil {
+		return nil, err
+	}
+	var vols []uint64
+	for ok := it.First(); ok; {
+		k, err := decodeEntryKey(it.Key())
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("vols: %w", err)
+		}
+		vols = append(vols, k.Vol)
+		if k.Vol == math.MaxUint64 {
+			break
+		}
+		ok = it.SeekGE(entryKey(Key{Vol: k.Vol + 1}))
+	}
+	return vols, it.Close()
+}

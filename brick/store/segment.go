@@ -1,0 +1,152 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// segFile is what the store needs of an open segment file. *os.File
+// satisfies it; tests wrap it to inject faults.
+type segFile interface {
+	io.ReaderAt
+	io.WriterAt
+	Sync() error
+	Truncate(size int64) error
+	Close() error
+}
+
+// segment is one open segment file. Sealed segments never change; the head
+// segment grows, written only by the committer.
+type segment struct {
+	id   uint64
+	f    segFile
+	size atomic.Int64 // bytes of complete, fsync'd records
+}
+
+const segPrefix, segSuffix = "seg-", ".log"
+
+func segName(id uint64) string { return fmt.Sprintf("seg-%016x.log", id) }
+
+// parseSegName returns the id of a segment file name, or false.
+func parseSegName(name string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(name, segPrefix)
+	if !ok {
+		return 0, false
+	}
+	hex, ok = strings.CutSuffix(hex, segSuffix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	id, err := strconv.ParseUint(hex, 16, 64)
+	return id, err == nil
+}
+
+// listSegments returns the ids of the segment files in dir, ascending.
+func listSegments(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("list segments: %w", err)
+	}
+	var ids []uint64
+	for _, de := range des {
+		if id, ok := parseSegName(de.Name()); ok && de.Type().IsRegular() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// openSegment opens an existing segment file.
+func (s *Store) openSegment(id uint64) (*segment, error) {
+	f, err := os.OpenFile(filepath.Join(s.dir, segName(id)), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open segment %d: %w", id, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("stat segment %d: %w", id, err)
+	}
+	seg := &segment{id: id, f: s.wrap(f)}
+	seg.size.Store(fi.Size())
+	return seg, nil
+}
+
+// createSegment creates an empty segment file and makes its name durable.
+func (s *Store) createSegment(id uint64) (*segment, error) {
+	path := filepath.Join(s.dir, segName(id))
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("create segment %d: %w", id, noSpace(err))
+	}
+	if err := syncDir(s.dir); err != nil {
+		f.Close()
+		os.Remove(path)
+		return nil, fmt.Errorf("create segment %d: %w", id, noSpace(err))
+	}
+	return &segment{id: id, f: s.wrap(f)}, nil
+}
+
+func (s *Store) wrap(f *os.File) segFile {
+	if s.opts.wrapFile != nil {
+		return s.opts.wrapFile(f)
+	}
+	return f
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// readChunkBytes bounds one read of a segment, so a reader holding the
+// store's read lock never holds it for long.
+const readChunkBytes = 4 << 20
+
+// readRange reads [from, to) of seg in chunks, each under the store's read
+// lock, so Close cannot close the file under it.
+func (s *Store) readRange(seg *segment, from, to int64) ([]byte, error) {
+	b := make([]byte, to-from)
+	for done := int64(0); done < int64(len(b)); {
+		n := min(int64(len(b))-done, readChunkBytes)
+		if err := s.readSegmentAt(seg, b[done:done+n], from+done); err != nil {
+			return nil, fmt.Errorf("read segment %d at %d: %w", seg.id, from+done, err)
+		}
+		done += n
+	}
+	return b, nil
+}
+
+func (s *Store) readSegmentAt(seg *segment, p []byte, off int64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return ErrClosed
+	}
+	_, err := seg.f.ReadAt(p, off)
+	return err
+}
+
+// noSpace maps the OS's ENOSPC (and EDQUOT) to ErrNoSpace, keeping the cause.
+func noSpace(err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("%v: %w", err, ErrNoSpace)
+	}
+	return err
+}

@@ -1,0 +1,218 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+)
+
+// Key names one stored block version.
+type Key struct{ Vol, Block, Gen uint64 }
+
+// Entry is what the index knows of a stored block version.
+type Entry struct {
+	Key
+	Seq       uint64
+	Tombstone bool
+}
+
+// OpKind says what an Op does.
+type OpKind uint8
+
+const (
+	OpPut       OpKind = iota + 1 // store Data (exactly BlockBytes) at Key with Seq
+	OpTombstone                   // store a tombstone at Key with Seq
+	OpRemove                      // remove Key entirely (index entry gone; its record becomes garbage)
+)
+
+// Op is one change of an Apply batch.
+type Op struct {
+	Kind OpKind
+	Key  Key
+	Seq  uint64
+	Data []byte // OpPut only, len == limits.BlockBytes
+}
+
+// Options configure Open. The zero value is usable.
+type Options struct {
+	// CapacityBytes bounds the bytes of segment files. 0 means the bytes the
+	// segments held at Open plus the free space of the file system holding
+	// dir. The index (a few dozen bytes per block) is not counted.
+	CapacityBytes int64
+	// ReserveBytes of the capacity are kept back from Apply for the cleaner,
+	// which must copy live records before it can free a segment.
+	// 0 means min(SegmentBytes, capacity/8).
+	ReserveBytes int64
+	// SegmentBytes is the size at which the head segment is rolled. 0 means
+	// limits.SegmentBytesMax; allowed: [SegmentBytesMin, limits.SegmentBytesMax].
+	// A segment exceeds it only when one batch alone is larger.
+	SegmentBytes int64
+	// CleanLiveFractionMax: Clean picks sealed segments whose live bytes are
+	// below this fraction of their size. 0 means 0.5; allowed (0, 1].
+	CleanLiveFractionMax float64
+	// Logger receives the store's and pebble's messages. nil discards them.
+	Logger *slog.Logger
+
+	wrapFile func(*os.File) segFile // tests: inject disk faults
+}
+
+const (
+	// BatchOpsMax bounds the ops of one Apply: one chunk of blocks.
+	BatchOpsMax = limits.ChunkBytesMax / limits.BlockBytes
+	// SegmentBytesMin bounds Options.SegmentBytes from below.
+	SegmentBytesMin = 64 << 10
+	// batchBytesMax is the largest encoded batch: ops, then a commit record.
+	batchBytesMax = BatchOpsMax*moveRecordBytesMax + headerBytes
+	// groupBytesMax bounds one group commit; a group exceeds it by at most
+	// one batch.
+	groupBytesMax = 16 << 20
+	// scanEntriesMax bounds the index entries Scan reads per lock hold.
+	scanEntriesMax = 1024
+)
+
+// Compile-time relations: each fails to compile if it breaks.
+const (
+	_ = uint64(limits.SegmentBytesMax - batchBytesMax)   // a batch fits in a segment
+	_ = uint64(limits.SegmentBytesMax - SegmentBytesMin) // the default is allowed
+)
+
+var (
+	ErrNotFound = errors.New("store: block not found")
+	ErrCorrupt  = errors.New("store: checksum mismatch")
+	ErrNoSpace  = errors.New("store: no space left")
+	ErrClosed   = errors.New("store: closed")
+	// ErrInvalid reports a malformed Apply batch (unknown kind, wrong data
+	// length, more than BatchOpsMax ops); nothing of the batch is written.
+	ErrInvalid = errors.New("store: invalid op")
+)
+
+// Store is a brick's local block store; see the package doc.
+type Store struct {
+	dir               string
+	opts              Options
+	log               *slog.Logger
+	db                *pebble.DB
+	capacity, reserve int64 // immutable after Open
+
+	reqs          chan *request // Apply → committer; unbuffered
+	stop          chan struct{} // closed by Close
+	committerDone chan struct{}
+	closeOnce     sync.Once
+	closeErr      error
+
+	head     *segment // owned by the committer once Open returns
+	groupBuf []byte   // owned by the committer
+	headID   atomic.Uint64
+	used     atomic.Int64          // bytes of all segment files
+	broken   atomic.Pointer[error] // set once; then every Apply fails with it
+
+	cleanMu sync.Mutex // one cleaner pass at a time
+
+	mu struct {
+		sync.RWMutex // held (R) across every use of db or a segment file
+		closed       bool
+		segs         map[uint64]*segment // every segment file, head included
+	}
+	acct struct {
+		sync.Mutex
+		live    map[uint64]int64 // segment id → bytes of indexed records
+		entries int64
+	}
+	stats struct {
+		commits, batches, corruptReads, cleanedBytes atomic.Int64
+	}
+}
+
+// Stats is a snapshot of the store's counters.
+type Stats struct {
+	UsedBytes, LiveBytes, CapacityBytes int64 // segment bytes on disk, bytes of live records, capacity
+	Segments                            int
+	Entries                             int64
+	Commits, Batches                    int64 // fsyncs performed, Apply batches committed (Batches/Commits = batching factor)
+	CorruptReads                        int64
+	CleanedBytes                        int64
+}
+
+// Stats returns the store's counters. It works after Close too.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		UsedBytes:     s.used.Load(),
+		CapacityBytes: s.capacity,
+		Commits:       s.stats.commits.Load(),
+		Batches:       s.stats.batches.Load(),
+		CorruptReads:  s.stats.corruptReads.Load(),
+		CleanedBytes:  s.stats.cleanedBytes.Load(),
+	}
+	s.mu.RLock()
+	st.Segments = len(s.mu.segs)
+	s.mu.RUnlock()
+	s.acct.Lock()
+	for _, n := range s.acct.live {
+		st.LiveBytes += n
+	}
+	st.Entries = s.acct.entries
+	s.acct.Unlock()
+	return st
+}
+
+// Close waits for the batch being committed, fails queued ones with
+// ErrClosed, makes the index durable and closes the files. Later calls
+// return the first call's result.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.stop)
+		<-s.committerDone
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.mu.closed = true
+		err := s.db.LogData(nil, pebble.Sync)
+		s.closeErr = errors.Join(err, s.db.Close(), s.closeFilesLocked())
+	})
+	return s.closeErr
+}
+
+func (s *Store) closeFilesLocked() error {
+	var err error
+	for _, seg := range s.mu.segs {
+		err = errors.Join(err, seg.f.Close())
+	}
+	return err
+}
+
+// setBroken records an error after which the store cannot promise that
+// what it writes matches what it acknowledges; it must be reopened.
+func (s *Store) setBroken(err error) {
+	err = fmt.Errorf("store unusable, reopen it: %w", err)
+	if s.broken.CompareAndSwap(nil, &err) {
+		s.log.Error("store broken", "err", err)
+	}
+}
+
+func (s *Store) brokenErr() error {
+	if p := s.broken.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// addDelta merges committed index changes into the accounting.
+func (s *Store) addDelta(d *delta) {
+	s.acct.Lock()
+	defer s.acct.Unlock()
+	for id, n := range d.live {
+		s.acct.live[id] += n
+	}
+	s.acct.entries += d.entries
+}
+
+func (s *Store) liveBytes(id uint64) int64 {
+	s.acct.Lock()
+	defer s.acct.Unlock()
+	return s.acct.live[id]
+}

@@ -1,0 +1,266 @@
+// Package clustermap owns the cluster map: members and their failure domains,
+// bricks and their state, volumes with their placement groups and ordered
+// brick lists, snapshots, fencing epochs of writers, and the map epoch.
+//
+// It is pure code: no I/O, no clock. The coordinator replicates the map with
+// Raft; bricks and clients receive it in the encoding of codec.go. Placement
+// (placement.go) and failure handling (reconcile.go) are functions from a map
+// to a new map, so they can be tested deterministically.
+//
+// Guarantee: every map that passes Validate has, for every placement group,
+// a non-empty ordered brick list with no duplicates whose first brick is in
+// sync (the primary), and every named brick exists.
+package clustermap
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// BrickState is whether the coordinator currently hears a brick.
+type BrickState string
+
+const (
+	BrickUp   BrickState = "up"
+	BrickDown BrickState = "down"
+)
+
+// Domain levels, smallest first. A brick's domain maps a level to a name.
+const (
+	LevelHost = "host"
+	LevelRack = "rack"
+	LevelSite = "site"
+)
+
+// Levels lists the failure-domain levels from the smallest.
+var Levels = []string{LevelHost, LevelRack, LevelSite}
+
+// Brick is one storage server.
+type Brick struct {
+	Name          string            `json:"name"`
+	Addr          string            `json:"addr"`
+	Domain        map[string]string `json:"domain,omitempty"`
+	State         BrickState        `json:"state"`
+	Draining      bool              `json:"draining,omitempty"`
+	CapacityBytes int64             `json:"capacity_bytes,omitempty"`
+}
+
+// Coordinator is one member of the Raft group. Its Addr serves both gRPC and Raft.
+type Coordinator struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+}
+
+// PG is a placement group: the ordered bricks that hold its chunks.
+// Bricks[0] is the primary. Syncing lists members still being backfilled;
+// they receive every write but are not yet counted as full replicas.
+type PG struct {
+	Bricks  []string `json:"bricks"`
+	Syncing []string `json:"syncing,omitempty"`
+}
+
+// InSync returns the members that hold every acknowledged write.
+func (p PG) InSync() []string {
+	var out []string
+	for _, b := range p.Bricks {
+		if !slices.Contains(p.Syncing, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Primary returns the brick that orders the PG's writes.
+func (p PG) Primary() string {
+	if len(p.Bricks) == 0 {
+		return ""
+	}
+	return p.Bricks[0]
+}
+
+// Volume is a sparse 2^64-byte virtual disk.
+type Volume struct {
+	ID              uint64            `json:"id"`
+	Name            string            `json:"name"`
+	Replicas        int               `json:"replicas"`
+	ChunkBytes      uint32            `json:"chunk_bytes"`
+	AllowSameDomain bool              `json:"allow_same_domain,omitempty"`
+	Gen             uint64            `json:"gen"`                 // writes go to this generation
+	Snapshots       map[string]uint64 `json:"snapshots,omitempty"` // name → newest generation it sees
+	PGs             []PG              `json:"pgs"`
+}
+
+// PGOf returns the placement group of the chunk that holds byte offset off.
+func (v *Volume) PGOf(off uint64) uint32 {
+	return PGOfChunk(v.ID, off/uint64(v.ChunkBytes), len(v.PGs))
+}
+
+// PGOfChunk hashes a chunk of a volume to one of n placement groups.
+func PGOfChunk(vol, chunk uint64, n int) uint32 {
+	var b [16]byte
+	for i := 0; i < 8; i++ {
+		b[i] = byte(vol >> (8 * i))
+		b[8+i] = byte(chunk >> (8 * i))
+	}
+	return uint32(xxhash.Sum64(b[:]) % uint64(n))
+}
+
+// Map is the whole cluster map. Every change increases Epoch.
+type Map struct {
+	Epoch        uint64            `json:"epoch"`
+	Coordinators []Coordinator     `json:"coordinators,omitempty"`
+	Bricks       []Brick           `json:"bricks,omitempty"` // sorted by name
+	Volumes      []Volume          `json:"volumes,omitempty"`
+	Fences       map[string]uint64 `json:"fences,omitempty"` // writer id → lowest epoch allowed to write
+	NextVolumeID uint64            `json:"next_volume_id"`
+}
+
+// Clone returns a deep copy that can be changed without touching m.
+func (m *Map) Clone() *Map {
+	c := *m
+	c.Coordinators = slices.Clone(m.Coordinators)
+	c.Bricks = make([]Brick, len(m.Bricks))
+	for i, b := range m.Bricks {
+		b.Domain = cloneMap(b.Domain)
+		c.Bricks[i] = b
+	}
+	c.Volumes = make([]Volume, len(m.Volumes))
+	for i, v := range m.Volumes {
+		v.Snapshots = cloneMap(v.Snapshots)
+		v.PGs = make([]PG, len(m.Volumes[i].PGs))
+		for j, p := range m.Volumes[i].PGs {
+			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing)}
+		}
+		c.Volumes[i] = v
+	}
+	c.Fences = cloneMap(m.Fences)
+	return &c
+}
+
+func cloneMap[K comparable, V any](m map[K]V) map[K]V {
+	if m == nil {
+		return nil
+	}
+	c := make(map[K]V, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}
+
+// Brick returns the named brick, or nil.
+func (m *Map) Brick(name string) *Brick {
+	i := sort.Search(len(m.Bricks), func(i int) bool { return m.Bricks[i].Name >= name })
+	if i < len(m.Bricks) && m.Bricks[i].Name == name {
+		return &m.Bricks[i]
+	}
+	return nil
+}
+
+// Volume returns the named volume, or nil.
+func (m *Map) Volume(name string) *Volume {
+	for i := range m.Volumes {
+		if m.Volumes[i].Name == name {
+			return &m.Volumes[i]
+		}
+	}
+	return nil
+}
+
+// VolumeByID returns the volume with that id, or nil.
+func (m *Map) VolumeByID(id uint64) *Volume {
+	for i := range m.Volumes {
+		if m.Volumes[i].ID == id {
+			return &m.Volumes[i]
+		}
+	}
+	return nil
+}
+
+// PutBrick adds or replaces a brick, keeping Bricks sorted.
+func (m *Map) PutBrick(b Brick) {
+	if old := m.Brick(b.Name); old != nil {
+		*old = b
+		return
+	}
+	m.Bricks = append(m.Bricks, b)
+	sort.Slice(m.Bricks, func(i, j int) bool { return m.Bricks[i].Name < m.Bricks[j].Name })
+}
+
+// FenceEpoch returns the lowest epoch writer may write with (0 if never fenced).
+func (m *Map) FenceEpoch(writer string) uint64 { return m.Fences[writer] }
+
+// Validate checks the map's invariants. Maps decoded from bytes are
+// validated before use; an invalid map is rejected with an error.
+func (m *Map) Validate() error {
+	for i := 1; i < len(m.Bricks); i++ {
+		if m.Bricks[i-1].Name >= m.Bricks[i].Name {
+			return fmt.Errorf("clustermap: bricks not sorted or duplicate at %q", m.Bricks[i].Name)
+		}
+	}
+	for _, b := range m.Bricks {
+		if err := ValidName(b.Name); err != nil {
+			return fmt.Errorf("clustermap: brick: %w", err)
+		}
+		if b.State != BrickUp && b.State != BrickDown {
+			return fmt.Errorf("clustermap: brick %s: unknown state %q", b.Name, b.State)
+		}
+	}
+	ids := map[uint64]bool{}
+	names := map[string]bool{}
+	for i := range m.Volumes {
+		v := &m.Volumes[i]
+		if ids[v.ID] || names[v.Name] {
+			return fmt.Errorf("clustermap: duplicate volume %q (id %d)", v.Name, v.ID)
+		}
+		ids[v.ID], names[v.Name] = true, true
+		if err := m.validateVolume(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *Map) validateVolume(v *Volume) error {
+	if err := ValidName(v.Name); err != nil {
+		return fmt.Errorf("clustermap: volume: %w", err)
+	}
+	if v.ID == 0 || v.ID >= m.NextVolumeID {
+		return fmt.Errorf("clustermap: volume %s: id %d outside [1, %d)", v.Name, v.ID, m.NextVolumeID)
+	}
+	if err := ValidChunkBytes(v.ChunkBytes); err != nil {
+		return fmt.Errorf("clustermap: volume %s: %w", v.Name, err)
+	}
+	if v.Replicas < 1 || len(v.PGs) < 1 {
+		return fmt.Errorf("clustermap: volume %s: %d replicas, %d placement groups", v.Name, v.Replicas, len(v.PGs))
+	}
+	for _, g := range v.Snapshots {
+		if g >= v.Gen {
+			return fmt.Errorf("clustermap: volume %s: snapshot gen %d not below volume gen %d", v.Name, g, v.Gen)
+		}
+	}
+	for i, p := range v.PGs {
+		if len(p.Bricks) == 0 {
+			return fmt.Errorf("clustermap: volume %s pg %d: no bricks", v.Name, i)
+		}
+		seen := map[string]bool{}
+		for _, b := range p.Bricks {
+			if seen[b] || m.Brick(b) == nil {
+				return fmt.Errorf("clustermap: volume %s pg %d: brick %q duplicate or unknown", v.Name, i, b)
+			}
+			seen[b] = true
+		}
+		for _, s := range p.Syncing {
+			if !seen[s] {
+				return fmt.Errorf("clustermap: volume %s pg %d: syncing brick %q not a member", v.Name, i, s)
+			}
+		}
+		if slices.Contains(p.Syncing, p.Bricks[0]) {
+			return fmt.Errorf("clustermap: volume %s pg %d: primary %s is still syncing", v.Name, i, p.Bricks[0])
+		}
+	}
+	return nil
+}

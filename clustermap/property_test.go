@@ -1,0 +1,361 @@
+package clustermap_test
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+)
+
+var (
+	propSeed  = flag.Uint64("clustermap.seed", 0, "run TestPropertyRandomOps with this seed only")
+	propSeeds = flag.Int("clustermap.seeds", 150, "number of seeds TestPropertyRandomOps runs")
+	propSteps = flag.Int("clustermap.steps", 250, "steps per seed in TestPropertyRandomOps")
+)
+
+// TestPropertyRandomOps runs random sequences of membership changes through
+// AddVolume, Reconcile and MarkSynced and checks every map on the way.
+// A failure names its seed; rerun it with -clustermap.seed=N -v.
+func TestPropertyRandomOps(t *testing.T) {
+	seeds := make([]uint64, 0, *propSeeds)
+	if *propSeed != 0 {
+		seeds = append(seeds, *propSeed)
+	} else {
+		n := *propSeeds
+		if testing.Short() {
+			n = 20
+		}
+		for i := range n {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			w := newWorld(t, seed)
+			for step := range *propSteps {
+				w.step(step)
+			}
+			w.logf("done: epoch %d, %d bricks, %d volumes", w.m.Epoch, len(w.m.Bricks), len(w.m.Volumes))
+		})
+	}
+}
+
+// world is the state of one random run: the map and which bricks are
+// really alive (the coordinator's view of heartbeats).
+type world struct {
+	t     *testing.T
+	rng   *rand.Rand
+	seed  uint64
+	m     *clustermap.Map
+	live  map[string]bool
+	hosts int // hosts made so far
+	nextB int
+	trace []string
+}
+
+func newWorld(t *testing.T, seed uint64) *world {
+	w := &world{t: t, rng: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), seed: seed,
+		m: &clustermap.Map{Epoch: 1, NextVolumeID: 1}, live: map[string]bool{}}
+	for range 3 + w.rng.IntN(3) {
+		w.addBrick()
+	}
+	return w
+}
+
+func (w *world) logf(format string, args ...any) {
+	w.trace = append(w.trace, fmt.Sprintf(format, args...))
+	if *propSeed != 0 {
+		w.t.Logf(format, args...)
+	}
+}
+
+func (w *world) fatalf(format string, args ...any) {
+	w.t.Helper()
+	w.t.Fatalf("seed %d: %s\ntrace (last 30):\n  %s\nmap: %s", w.seed, fmt.Sprintf(format, args...),
+		joinLast(w.trace, 30), clustermap.Encode(w.m))
+}
+
+func joinLast(s []string, n int) string {
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	out := ""
+	for i, l := range s {
+		if i > 0 {
+			out += "\n  "
+		}
+		out += l
+	}
+	return out
+}
+
+func (w *world) pick(s []string) string { return s[w.rng.IntN(len(s))] }
+
+// addBrick puts a new brick on a new or an existing host, and a random rack
+// and site (racks and sites are not nested, deliberately).
+func (w *world) addBrick() {
+	if w.hosts == 0 || w.rng.IntN(3) != 0 {
+		w.hosts++
+	}
+	host := fmt.Sprintf("h%d", w.rng.IntN(w.hosts))
+	rack := fmt.Sprintf("r%d", w.rng.IntN(4))
+	site := ""
+	if w.rng.IntN(2) == 0 {
+		site = fmt.Sprintf("s%d", w.rng.IntN(2))
+	}
+	name := fmt.Sprintf("b%02d", w.nextB)
+	w.nextB++
+	n := w.m.Clone()
+	n.PutBrick(brick(name, host, rack, site))
+	n.Epoch++
+	w.logf("add brick %s host=%s rack=%s site=%s", name, host, rack, site)
+	w.live[name] = true
+	w.install(n)
+}
+
+// install adopts n (a map an operator change produced) and reconciles.
+func (w *world) install(n *clustermap.Map) {
+	w.t.Helper()
+	if err := n.Validate(); err != nil {
+		w.fatalf("invalid map: %v", err)
+	}
+	w.m = n
+	w.reconcile()
+}
+
+func (w *world) reconcile() {
+	w.t.Helper()
+	prev := w.m
+	next := clustermap.Reconcile(prev, w.live)
+	if next == nil {
+		w.checkStates(prev)
+		return
+	}
+	if next.Epoch != prev.Epoch+1 {
+		w.fatalf("Reconcile: epoch %d → %d", prev.Epoch, next.Epoch)
+	}
+	w.check(prev, next)
+	if again := clustermap.Reconcile(next, w.live); again != nil {
+		w.fatalf("Reconcile not idempotent:\nonce  %s\ntwice %s", clustermap.Encode(next), clustermap.Encode(again))
+	}
+	w.m = next
+	w.checkStates(next)
+}
+
+// checkStates: after Reconcile, the map's brick states match reality.
+func (w *world) checkStates(m *clustermap.Map) {
+	w.t.Helper()
+	for _, b := range m.Bricks {
+		if (b.State == clustermap.BrickUp) != w.live[b.Name] {
+			w.fatalf("brick %s state %s, alive %v", b.Name, b.State, w.live[b.Name])
+		}
+	}
+}
+
+// check runs every invariant on next, derived from prev.
+func (w *world) check(prev, next *clustermap.Map) {
+	w.t.Helper()
+	checkInvariants(w.t, prev, next)
+	if next.Epoch <= prev.Epoch {
+		w.fatalf("epoch %d → %d", prev.Epoch, next.Epoch)
+	}
+	got, err := clustermap.Decode(clustermap.Encode(next))
+	if err != nil || !mapsEqual(got, next) {
+		w.fatalf("map does not round-trip: %v", err)
+	}
+	for _, v := range next.Volumes {
+		pv := prev.VolumeByID(v.ID)
+		for i, p := range v.PGs {
+			w.checkFull(next, &v, i, p)
+			if pv != nil {
+				w.checkDrainLeave(next, &v, i, pv.PGs[i], p)
+			}
+		}
+	}
+}
+
+// checkFull: a PG short of non-draining members has no eligible brick
+// left that could join it (Rule 4 is complete).
+func (w *world) checkFull(m *clustermap.Map, v *clustermap.Volume, i int, p clustermap.PG) {
+	w.t.Helper()
+	count := 0
+	used := map[string]bool{}
+	for _, b := range p.Bricks {
+		if !m.Brick(b).Draining {
+			count++
+		}
+		used[hostOf(m.Brick(b))] = true
+	}
+	if count >= v.Replicas {
+		return
+	}
+	for _, b := range m.Bricks {
+		if b.State != clustermap.BrickUp || b.Draining || slices.Contains(p.Bricks, b.Name) {
+			continue
+		}
+		if v.AllowSameDomain || !used[hostOf(&b)] {
+			w.fatalf("volume %s pg %d: %d of %d replicas, yet %s could join: %+v", v.Name, i, count, v.Replicas, b.Name, p)
+		}
+	}
+}
+
+// checkDrainLeave: a brick that is up leaves a PG only if it drains and the
+// PG keeps Replicas in-sync, up, non-draining members without it.
+func (w *world) checkDrainLeave(m *clustermap.Map, v *clustermap.Volume, i int, before, after clustermap.PG) {
+	w.t.Helper()
+	for _, b := range before.Bricks {
+		if slices.Contains(after.Bricks, b) || m.Brick(b).State != clustermap.BrickUp {
+			continue
+		}
+		if !m.Brick(b).Draining {
+			w.fatalf("volume %s pg %d: up, non-draining %s dropped: %+v → %+v", v.Name, i, b, before, after)
+		}
+		if slices.Contains(before.Syncing, b) {
+			continue // a draining brick that never synced may go at once
+		}
+		good := 0
+		for _, s := range after.InSync() {
+			if sb := m.Brick(s); sb.State == clustermap.BrickUp && !sb.Draining {
+				good++
+			}
+		}
+		if good < v.Replicas {
+			w.fatalf("volume %s pg %d: draining %s left with only %d good in-sync members: %+v → %+v",
+				v.Name, i, b, good, before, after)
+		}
+	}
+}
+
+func (w *world) names(f func(b clustermap.Brick) bool) []string {
+	var out []string
+	for _, b := range w.m.Bricks {
+		if f(b) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+func (w *world) step(step int) {
+	w.t.Helper()
+	switch r := w.rng.IntN(100); {
+	case r < 10:
+		if len(w.m.Bricks) < 24 {
+			w.addBrick()
+		}
+	case r < 28:
+		if up := w.names(func(b clustermap.Brick) bool { return w.live[b.Name] }); len(up) > 0 {
+			b := w.pick(up)
+			w.logf("%d: kill %s", step, b)
+			delete(w.live, b)
+			w.reconcile()
+		}
+	case r < 46:
+		if down := w.names(func(b clustermap.Brick) bool { return !w.live[b.Name] }); len(down) > 0 {
+			b := w.pick(down)
+			w.logf("%d: revive %s", step, b)
+			w.live[b] = true
+			w.reconcile()
+		}
+	case r < 52:
+		if ok := w.names(func(b clustermap.Brick) bool { return !b.Draining }); len(ok) > 0 {
+			b := w.pick(ok)
+			w.logf("%d: drain %s", step, b)
+			n := w.m.Clone()
+			n.Brick(b).Draining = true
+			n.Epoch++
+			w.install(n)
+		}
+	case r < 88:
+		w.markSynced(step)
+	default:
+		w.addVolume(step)
+	}
+}
+
+func (w *world) markSynced(step int) {
+	w.t.Helper()
+	type job struct {
+		vol  uint64
+		pg   int
+		b    string
+		prim string
+	}
+	var jobs []job
+	for _, v := range w.m.Volumes {
+		for i, p := range v.PGs {
+			for _, s := range p.Syncing {
+				if w.live[p.Primary()] && w.live[s] {
+					jobs = append(jobs, job{v.ID, i, s, p.Primary()})
+				}
+			}
+		}
+	}
+	if len(jobs) == 0 {
+		return
+	}
+	j := jobs[w.rng.IntN(len(jobs))]
+	p := w.m.VolumeByID(j.vol).PGs[j.pg]
+	// Reports from anyone but the primary are ignored.
+	for _, other := range p.Bricks {
+		if other != j.prim && clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, other) != nil {
+			w.fatalf("MarkSynced accepted a report from non-primary %s", other)
+		}
+	}
+	w.logf("%d: synced vol %d pg %d %s (primary %s)", step, j.vol, j.pg, j.b, j.prim)
+	n := clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, j.prim)
+	if n == nil {
+		w.fatalf("MarkSynced by primary %s of %s ignored", j.prim, j.b)
+	}
+	if np := n.VolumeByID(j.vol).PGs[j.pg]; slices.Contains(np.Syncing, j.b) {
+		w.fatalf("MarkSynced left %s syncing: %+v", j.b, np)
+	}
+	w.check(w.m, n)
+	w.m = n
+	w.reconcile()
+}
+
+func (w *world) addVolume(step int) {
+	w.t.Helper()
+	if len(w.m.Volumes) >= 6 {
+		return
+	}
+	replicas, pgs, same := 1+w.rng.IntN(3), 1+w.rng.IntN(16), w.rng.IntN(4) == 0
+	name := fmt.Sprintf("vol%d", w.m.NextVolumeID)
+	// Model: how many eligible bricks and distinct hosts are there?
+	hosts, eligible := map[string]bool{}, 0
+	for _, b := range w.m.Bricks {
+		if b.State == clustermap.BrickUp && !b.Draining {
+			eligible++
+			hosts[hostOf(&b)] = true
+		}
+	}
+	possible := eligible >= replicas && (same || len(hosts) >= replicas)
+	n, err := clustermap.AddVolume(w.m, name, replicas, chunk, pgs, same)
+	w.logf("%d: add volume %s replicas=%d pgs=%d same=%v: err=%v", step, name, replicas, pgs, same, err)
+	if possible != (err == nil) {
+		w.fatalf("AddVolume(replicas=%d, same=%v) with %d eligible bricks on %d hosts: err=%v",
+			replicas, same, eligible, len(hosts), err)
+	}
+	if err != nil {
+		if !errors.Is(err, clustermap.ErrPlacement) {
+			w.fatalf("AddVolume error %v does not wrap ErrPlacement", err)
+		}
+		return
+	}
+	if n.Epoch != w.m.Epoch+1 {
+		w.fatalf("AddVolume: epoch %d → %d", w.m.Epoch, n.Epoch)
+	}
+	for i, p := range n.Volume(name).PGs {
+		if len(p.Bricks) != replicas || len(p.Syncing) != 0 {
+			w.fatalf("new pg %d: %+v", i, p)
+		}
+	}
+	w.check(w.m, n)
+	w.m = n
+	w.reconcile()
+}

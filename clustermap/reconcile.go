@@ -1,0 +1,174 @@
+package clustermap
+
+import "slices"
+
+// Reconcile is the coordinator's failure and membership handling as a pure
+// function. Given the current map and the set of bricks heard from recently,
+// it returns the next map, or nil when nothing needs to change. Rules:
+//
+//  1. A brick not heard from is down; a down brick heard from again is up.
+//  2. A down brick leaves every PG, except that a PG never loses its last
+//     in-sync member (its data would have nowhere else to come from).
+//  3. The primary is always an in-sync member: in-sync members keep their
+//     order and come first.
+//  4. A PG short of replicas gets eligible bricks (up, not draining, on a
+//     host it does not use yet) as syncing members; the primary backfills
+//     them and reports back (MarkSynced).
+//  5. A draining brick gets replaced the same way; it leaves a PG once the
+//     PG has its full count of in-sync members without it.
+//
+// Reconcile never appoints a new primary by itself: the caller must only
+// declare a brick dead after its primary lease has run out.
+func Reconcile(m *Map, alive map[string]bool) *Map {
+	n := m.Clone()
+	changed := false
+	for i := range n.Bricks {
+		b := &n.Bricks[i]
+		switch {
+		case b.State == BrickUp && !alive[b.Name]:
+			b.State, changed = BrickDown, true
+		case b.State == BrickDown && alive[b.Name]:
+			b.State, changed = BrickUp, true
+		}
+	}
+	l := loadOf(n)
+	for vi := range n.Volumes {
+		v := &n.Volumes[vi]
+		for pi := range v.PGs {
+			if reconcilePG(n, l, v, pi) {
+				changed = true
+			}
+		}
+	}
+	if !changed {
+		return nil
+	}
+	n.Epoch++
+	return n
+}
+
+func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
+	p := &v.PGs[pi]
+	before := PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing)}
+	up := func(name string) bool { b := m.Brick(name); return b != nil && b.State == BrickUp }
+	draining := func(name string) bool { b := m.Brick(name); return b != nil && b.Draining }
+
+	// Rule 2: drop down members, keeping at least one in-sync member.
+	inSyncUp := 0
+	for _, b := range p.InSync() {
+		if up(b) {
+			inSyncUp++
+		}
+	}
+	var keep []string
+	for _, b := range p.Bricks {
+		if up(b) || (inSyncUp == 0 && !slices.Contains(p.Syncing, b)) {
+			keep = append(keep, b)
+		} else {
+			l.replicas[b]--
+		}
+	}
+	p.Syncing = slices.DeleteFunc(p.Syncing, func(s string) bool { return !slices.Contains(keep, s) })
+	p.Bricks = keep
+
+	// Rule 5: a draining member leaves once enough others are in sync.
+	for _, d := range slices.Clone(p.Bricks) {
+		if !draining(d) || slices.Contains(p.Syncing, d) {
+			continue
+		}
+		others := 0
+		for _, b := range p.InSync() {
+			if b != d && !draining(b) && up(b) {
+				others++
+			}
+		}
+		if others >= v.Replicas {
+			p.Bricks = slices.DeleteFunc(p.Bricks, func(s string) bool { return s == d })
+			l.replicas[d]--
+		}
+	}
+	// Never backfill onto a draining brick.
+	var drop []string
+	for _, s := range p.Syncing {
+		if draining(s) {
+			drop = append(drop, s)
+		}
+	}
+	p.Syncing = slices.DeleteFunc(p.Syncing, draining)
+	p.Bricks = slices.DeleteFunc(p.Bricks, func(s string) bool { return slices.Contains(drop, s) })
+
+	// Rule 4: add replacements until the non-draining members reach Replicas.
+	for {
+		count := 0
+		for _, b := range p.Bricks {
+			if !draining(b) {
+				count++
+			}
+		}
+		if count >= v.Replicas {
+			break
+		}
+		b := pickReplica(m, l, v.ID, pi, p.Bricks, v.AllowSameDomain)
+		if b == "" {
+			break
+		}
+		p.Bricks = append(p.Bricks, b)
+		p.Syncing = append(p.Syncing, b)
+		l.replicas[b]++
+	}
+
+	// Rule 3: in-sync members first, order otherwise kept.
+	ordered := p.InSync()
+	for _, b := range p.Bricks {
+		if slices.Contains(p.Syncing, b) {
+			ordered = append(ordered, b)
+		}
+	}
+	p.Bricks = ordered
+	return !slices.Equal(before.Bricks, p.Bricks) || !slices.Equal(before.Syncing, p.Syncing)
+}
+
+// MarkSynced records that brick finished its backfill of a PG, reported by
+// the PG's primary. It returns nil if the report does not apply any more.
+func MarkSynced(m *Map, vol uint64, pg uint32, brick, reporter string) *Map {
+	v := m.VolumeByID(vol)
+	if v == nil || int(pg) >= len(v.PGs) {
+		return nil
+	}
+	p := v.PGs[pg]
+	if p.Primary() != reporter || !slices.Contains(p.Syncing, brick) {
+		return nil
+	}
+	n := m.Clone()
+	np := &n.VolumeByID(vol).PGs[pg]
+	np.Syncing = slices.DeleteFunc(np.Syncing, func(s string) bool { return s == brick })
+	n.Epoch++
+	if r := Reconcile(n, upSet(n)); r != nil { // a draining brick may now leave
+		return r
+	}
+	return n
+}
+
+// upSet returns the bricks the map says are up.
+func upSet(m *Map) map[string]bool {
+	s := map[string]bool{}
+	for _, b := range m.Bricks {
+		if b.State == BrickUp {
+			s[b.Name] = true
+		}
+	}
+	return s
+}
+
+// PGsOn counts the placement groups that list brick as a member.
+func PGsOn(m *Map, brick string) int {
+	n := 0
+	for _, v := range m.Volumes {
+		for _, p := range v.PGs {
+			if slices.Contains(p.Bricks, brick) {
+				n++
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+func fetchStatus(ctx context.Context, cl *coordclient.Client) (*coord.Status, []byte, error) {
+	var raw []byte
+	err := cl.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
+		r, err := c.Status(ctx, &pb.StatusRequest{})
+		if err == nil {
+			raw = r.StatusJson
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("status: %s", coordclient.ErrorMessage(err))
+	}
+	var st coord.Status
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, nil, fmt.Errorf("status: coordinator sent unreadable status: %w", err)
+	}
+	return &st, raw, nil
+}
+
+func statusCmd() *cobra.Command {
+	var asJSON, watch bool
+	c := &cobra.Command{
+		Use:   "status [--json] [--watch]",
+		Short: "Show coordinators, bricks, volumes and degraded data",
+		Long:  "Show the cluster. --json prints the documented schema of docs/status-json.md.",
+		Args:  cobra.NoArgs,
+	}
+	connect := coordFlag(c)
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON (schema: docs/status-json.md)")
+	c.Flags().BoolVar(&watch, "watch", false, "refresh every second until interrupted")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		for {
+			st, raw, err := fetchStatus(cmd.Context(), cl)
+			if err != nil {
+				return err
+			}
+			if watch && !asJSON {
+				fmt.Print("\033[H\033[2J")
+			}
+			if asJSON {
+				os.Stdout.Write(append(raw, '\n'))
+			} else {
+				printStatus(st)
+			}
+			if !watch {
+				return nil
+			}
+			select {
+			case <-cmd.Context().Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return c
+}
+
+func printStatus(st *coord.Status) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "map epoch %d, leader %s\n\n", st.MapEpoch, st.Leader)
+	fmt.Fprintln(w, "COORDINATOR\tADDR\tROLE\tUP")
+	for _, c := range st.Coordinators {
+		role := "follower"
+		if c.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", c.Name, c.Addr, role, c.Up)
+	}
+	fmt.Fprintln(w, "\nBRICK\tADDR\tSTATE\tUSED\tCAPACITY\tPGS\tDOMAIN")
+	for _, b := range st.Bricks {
+		state := b.State
+		if b.Draining {
+			state += ",draining"
+		}
+		var dom []string
+		for _, k := range []string{"host", "rack", "site"} {
+			if v := b.Domain[k]; v != "" {
+				dom = append(dom, k+"="+v)
+			}
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.Name, b.Addr, colour(state), humanBytes(b.UsedBytes), humanBytes(b.CapacityBytes), b.PGs, strings.Join(dom, ","))
+	}
+	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tSNAPSHOTS")
+	for _, v := range st.Volumes {
+		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)
+		if v.DegradedPGs > 0 {
+			deg = colour("down") + " " + deg
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs, strings.Join(v.Snapshots, ","))
+	}
+	w.Flush()
+}
+
+// colour marks states on a terminal.
+func colour(s string) string {
+	if fi, err := os.Stdout.Stat(); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		return s
+	}
+	switch {
+	case strings.HasPrefix(s, "up,"):
+		return "\033[33m" + s + "\033[0m"
+	case s == "up":
+		return "\033[32m" + s + "\033[0m"
+	case s == "down":
+		return "\033[31m!\033[0m"
+	}
+	return "\033[31m" + s + "\033[0m"
+}

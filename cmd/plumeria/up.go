@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/node"
+)
+
+// localCluster is a coordinator and n bricks in this process, each on its
+// own loopback port, with state under dir. `up` and `bench vdisk` use it.
+type localCluster struct {
+	nodes []*node.Node
+	coord string
+}
+
+func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks int, log *slog.Logger) (*localCluster, error) {
+	lc := &localCluster{}
+	addr := func(i int) string { return net.JoinHostPort(host, strconv.Itoa(basePort+i)) }
+	if basePort == 0 {
+		addr = func(int) string { return net.JoinHostPort(host, "0") }
+	}
+	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	lc.nodes = append(lc.nodes, c)
+	lc.coord = c.Addr()
+	for i := 1; i <= bricks; i++ {
+		name := fmt.Sprintf("brick%d", i)
+		// All bricks share this machine: their host domain says so.
+		b, err := node.Start(ctx, node.Config{Name: name, Listen: addr(i), DataDir: filepath.Join(dir, name), Brick: true,
+			Coord: []string{lc.coord}, Domain: map[string]string{"host": "localhost"}, Logger: log})
+		if err != nil {
+			lc.stop()
+			return nil, err
+		}
+		lc.nodes = append(lc.nodes, b)
+	}
+	return lc, nil
+}
+
+func (lc *localCluster) stop() {
+	for i := len(lc.nodes) - 1; i >= 0; i-- {
+		lc.nodes[i].Stop()
+	}
+}
+
+// ensureVolume creates a volume unless it exists.
+func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32) error {
+	m, err := cl.Map(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if m.Volume(name) != nil {
+		return nil
+	}
+	return cl.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
+		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: replicas, AllowSameDomain: true})
+		return err
+	})
+}
+
+func upCmd() *cobra.Command {
+	var dir, mnt string
+	var port int
+	c := &cobra.Command{
+		Use:   "up [--dir DIR] [--mount MNT]",
+		Short: "Run an all-in-one cluster on this machine (coordinator + 3 bricks); Ctrl-C stops it",
+		Args:  cobra.NoArgs,
+	}
+	c.Flags().StringVar(&dir, "dir", defaultUpDir(), "where the cluster keeps its state")
+	c.Flags().StringVar(&mnt, "mount", "", "mount point (the file system layer is not built yet: see docs/status.md)")
+	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		lc, err := startLocalCluster(cmd.Context(), dir, "127.0.0.1", port, 3, log)
+		if err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		defer lc.stop()
+		cl, err := coordclient.New(lc.coord)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := ensureVolume(cmd.Context(), cl, "default", 3); err != nil {
+			return fmt.Errorf("up: create volume: %s", coordclient.ErrorMessage(err))
+		}
+		fmt.Printf("Plumeria is up: coordinator %s, 3 bricks, volume \"default\" (3 replicas), state in %s\n", lc.coord, dir)
+		if mnt != "" {
+			fmt.Println("note: mounting needs the file system layer, which is not built yet; the virtual disk is usable now.")
+		}
+		fmt.Printf("try:\n  echo hello | plumeria vdisk write --coord %s --volume default --offset 1TiB\n", lc.coord)
+		fmt.Printf("  plumeria vdisk read --coord %s --volume default --offset 1TiB --length 6\n", lc.coord)
+		fmt.Printf("  plumeria status --coord %s\nCtrl-C stops.\n", lc.coord)
+		<-cmd.Context().Done()
+		fmt.Println("stopping")
+		return nil
+	}
+	return c
+}
+
+func defaultUpDir() string {
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".plumeria", "up")
+	}
+	return "plumeria-up"
+}

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// coordFlag adds --coord and returns a function that connects.
+func coordFlag(c *cobra.Command) func() (*coordclient.Client, error) {
+	addr := c.Flags().String("coord", "127.0.0.1:7001", "comma-separated coordinator addresses")
+	return func() (*coordclient.Client, error) { return coordclient.New(*addr) }
+}
+
+func volumeCmd() *cobra.Command {
+	c := &cobra.Command{Use: "volume", Short: "Create and list virtual disks"}
+	var replicas, pgs uint32
+	var chunk string
+	var allowSame bool
+	create := &cobra.Command{
+		Use:     "create NAME",
+		Short:   "Create a sparse 2^64-byte virtual disk",
+		Example: "  plumeria volume create --coord 127.0.0.1:7001 vol1 --replicas 3 --chunk-size 64KiB",
+		Args:    cobra.ExactArgs(1),
+	}
+	connect := coordFlag(create)
+	create.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk, on distinct hosts")
+	create.Flags().StringVar(&chunk, "chunk-size", "64KiB", "unit of placement (power of two, 4KiB to 16MiB)")
+	create.Flags().Uint32Var(&pgs, "pgs", 0, "placement groups (default 64)")
+	create.Flags().BoolVar(&allowSame, "allow-same-domain", false, "allow replicas on the same host")
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		cb, err := parseUint(chunk)
+		if err != nil {
+			return fmt.Errorf("--chunk-size: %w", err)
+		}
+		if cb > 1<<31 {
+			return fmt.Errorf("--chunk-size: %s is too large", chunk)
+		}
+		if err := clustermap.ValidChunkBytes(uint32(cb)); err != nil {
+			return fmt.Errorf("--chunk-size: %w", err)
+		}
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		err = cl.Call(cmd.Context(), func(ctx context.Context, c pb.CoordinatorClient) error {
+			_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: args[0], Replicas: replicas, ChunkBytes: uint32(cb), Pgs: pgs, AllowSameDomain: allowSame})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("volume create: %s", coordclient.ErrorMessage(err))
+		}
+		fmt.Printf("created volume %s (%d replicas, %s chunks)\n", args[0], replicas, chunk)
+		return nil
+	}
+	c.AddCommand(create)
+	return c
+}
+

@@ -1,0 +1,103 @@
+package coord
+
+import (
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+)
+
+const (
+	deadAfterDefault = limits.BrickDeadAfter
+	leaseDefault     = limits.BrickLease
+	reconcileEvery   = 250 * time.Millisecond
+)
+
+// loop runs the leader's periodic work: failure detection and reconciling
+// the map. It reads heartbeats recorded in s.mu and commits changes.
+func (s *Server) loop() {
+	defer s.wg.Done()
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	wasLeader := false
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		leader := s.raft.State() == raft.Leader
+		if leader && !wasLeader {
+			// A new leader has no heartbeat history: give every member a
+			// full DeadAfter from now before judging it.
+			s.mu.Lock()
+			s.mu.leaderSince = time.Now()
+			s.mu.Unlock()
+		}
+		wasLeader = leader
+		if !leader {
+			continue
+		}
+		if _, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			return clustermap.Reconcile(m, s.alive(m, time.Now())), nil
+		}); err != nil {
+			s.log.Warn("reconcile", "err", err)
+		}
+	}
+}
+
+// alive returns the bricks heard from within DeadAfter. During the grace
+// period after an election, bricks the map shows up count as alive.
+func (s *Server) alive(m *clustermap.Map, now time.Time) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	grace := now.Sub(s.mu.leaderSince) < s.cfg.DeadAfter
+	out := map[string]bool{}
+	for _, b := range m.Bricks {
+		seen, ok := s.mu.seen[b.Name]
+		if ok && now.Sub(seen) < s.cfg.DeadAfter || !ok && grace && b.State == clustermap.BrickUp {
+			out[b.Name] = true
+		}
+	}
+	return out
+}
+
+// waitInstalled waits until every up brick has either reported a map with
+// at least epoch or has not been heard from for longer than its lease (so
+// it can no longer act as a primary). It returns the names still unsettled
+// when the wait gives up.
+func (s *Server) waitInstalled(epoch uint64, maxWait time.Duration) []string {
+	deadline := time.Now().Add(maxWait)
+	for {
+		var pending []string
+		m := s.fsm.Map()
+		now := time.Now()
+		s.mu.Lock()
+		for _, b := range m.Bricks {
+			if b.State != clustermap.BrickUp {
+				continue
+			}
+			if s.mu.epochs[b.Name] >= epoch {
+				continue
+			}
+			if seen, ok := s.mu.seen[b.Name]; ok && now.Sub(seen) > s.cfg.Lease {
+				continue
+			}
+			if _, ok := s.mu.seen[b.Name]; !ok && now.Sub(s.mu.leaderSince) > s.cfg.Lease {
+				continue // never heard by this leader, for longer than a lease
+			}
+			pending = append(pending, b.Name)
+		}
+		s.mu.Unlock()
+		if len(pending) == 0 || now.After(deadline) {
+			return pending
+		}
+		select {
+		case <-s.stop:
+			return pending
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

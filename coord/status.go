@@ -1,0 +1,125 @@
+package coord
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// StatusVersion is the version of the Status JSON schema (docs/status-json.md).
+const StatusVersion = 1
+
+// Status is what `plumeria status --json` prints. Documented in docs/status-json.md;
+// add fields freely, but renaming or removing one needs a new StatusVersion.
+type Status struct {
+	Version      int                 `json:"version"`
+	MapEpoch     uint64              `json:"map_epoch"`
+	Leader       string              `json:"leader"`
+	Coordinators []CoordinatorStatus `json:"coordinators"`
+	Bricks       []BrickStatus       `json:"bricks"`
+	Volumes      []VolumeStatus      `json:"volumes"`
+	Fences       map[string]uint64   `json:"fences,omitempty"`
+}
+
+type CoordinatorStatus struct {
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	Leader   bool   `json:"leader"`
+	Up       bool   `json:"up"`
+	Voter    bool   `json:"voter"`
+	LastSeen int64  `json:"last_seen_ms_ago"` // -1: never heard by this leader
+}
+
+type BrickStatus struct {
+	Name          string            `json:"name"`
+	Addr          string            `json:"addr"`
+	State         string            `json:"state"` // "up" or "down"
+	Draining      bool              `json:"draining"`
+	Domain        map[string]string `json:"domain,omitempty"`
+	UsedBytes     int64             `json:"used_bytes"`
+	CapacityBytes int64             `json:"capacity_bytes"`
+	PGs           int               `json:"pgs"`
+	LastSeen      int64             `json:"last_seen_ms_ago"`
+}
+
+type VolumeStatus struct {
+	Name           string   `json:"name"`
+	ID             uint64   `json:"id"`
+	Replicas       int      `json:"replicas"`
+	ChunkBytes     uint32   `json:"chunk_bytes"`
+	PGs            int      `json:"pgs"`
+	Chunks         int64    `json:"chunks"`
+	DegradedChunks int64    `json:"degraded_chunks"`
+	DegradedPGs    int      `json:"degraded_pgs"`
+	SyncingPGs     int      `json:"syncing_pgs"`
+	Snapshots      []string `json:"snapshots,omitempty"`
+	Gen            uint64   `json:"gen"`
+}
+
+func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return forward(s, ctx, func() (*pb.StatusResponse, error) {
+		st := s.status(time.Now())
+		b, err := json.Marshal(st)
+		return &pb.StatusResponse{StatusJson: b}, err
+	}, func(cl pb.CoordinatorClient) (*pb.StatusResponse, error) { return cl.Status(ctx, r) })
+}
+
+func msAgo(seen map[string]time.Time, name string, now time.Time) int64 {
+	t, ok := seen[name]
+	if !ok {
+		return -1
+	}
+	return now.Sub(t).Milliseconds()
+}
+
+func (s *Server) status(now time.Time) Status {
+	m := s.fsm.Map()
+	st := Status{Version: StatusVersion, MapEpoch: m.Epoch, Fences: m.Fences}
+	_, leaderID := s.raft.LeaderWithID()
+	st.Leader = string(leaderID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.raft.GetConfiguration(); f.Error() == nil {
+		for _, srv := range f.Configuration().Servers {
+			c := CoordinatorStatus{Name: string(srv.ID), Addr: string(srv.Address), Leader: srv.ID == leaderID,
+				Voter: srv.Suffrage == raft.Voter, LastSeen: msAgo(s.mu.seen, string(srv.ID), now)}
+			c.Up = c.Leader || c.LastSeen >= 0 && time.Duration(c.LastSeen)*time.Millisecond < s.cfg.DeadAfter
+			st.Coordinators = append(st.Coordinators, c)
+		}
+	}
+	for _, b := range m.Bricks {
+		u := s.mu.usage[b.Name]
+		st.Bricks = append(st.Bricks, BrickStatus{Name: b.Name, Addr: b.Addr, State: string(b.State), Draining: b.Draining,
+			Domain: b.Domain, UsedBytes: u.used, CapacityBytes: max(u.capacity, b.CapacityBytes),
+			PGs: clustermap.PGsOn(m, b.Name), LastSeen: msAgo(s.mu.seen, b.Name, now)})
+	}
+	for _, v := range m.Volumes {
+		vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen}
+		for i, p := range v.PGs {
+			var chunks int64
+			for _, b := range p.InSync() {
+				chunks = max(chunks, s.mu.usage[b].chunks[pgKey{v.ID, uint32(i)}])
+			}
+			vs.Chunks += chunks
+			if len(p.InSync()) < v.Replicas {
+				vs.DegradedPGs++
+				vs.DegradedChunks += chunks
+			}
+			if len(p.Syncing) > 0 {
+				vs.SyncingPGs++
+			}
+		}
+		for name := range v.Snapshots {
+			vs.Snapshots = append(vs.Snapshots, name)
+		}
+		sort.Strings(vs.Snapshots)
+		st.Volumes = append(st.Volumes, vs)
+	}
+	return st
+}

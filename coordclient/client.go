@@ -1,0 +1,140 @@
+// Package coordclient is the client side of the coordinator service: it
+// keeps connections to every coordinator address it was given and fails over
+// between them. Any coordinator answers: followers forward to the leader.
+package coordclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// Client talks to a coordinator group.
+type Client struct {
+	addrs []string
+	conns []*grpc.ClientConn
+	mu    struct {
+		sync.Mutex
+		next int // index of the address that worked last
+	}
+}
+
+// New connects lazily to the comma-separated or listed addresses.
+func New(addrs ...string) (*Client, error) {
+	var list []string
+	for _, a := range addrs {
+		for _, p := range strings.Split(a, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				list = append(list, p)
+			}
+		}
+	}
+	if len(list) == 0 {
+		return nil, errors.New("coordclient: no coordinator address given (use --coord HOST:PORT)")
+	}
+	c := &Client{addrs: list}
+	for _, a := range list {
+		conn, err := Dial(a)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("coordclient: %s: %w", a, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	return c, nil
+}
+
+// Dial opens a gRPC connection with Plumeria's options (message size limits).
+func Dial(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
+	)
+}
+
+// Addrs returns the coordinator addresses.
+func (c *Client) Addrs() []string { return c.addrs }
+
+// Close closes all connections.
+func (c *Client) Close() {
+	for _, conn := range c.conns {
+		conn.Close()
+	}
+}
+
+// retryable reports whether another coordinator might answer.
+func retryable(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted:
+		return true
+	}
+	return false
+}
+
+// Call runs fn against coordinators, starting with the last one that
+// worked, until one answers or ctx ends. Unavailable coordinators and
+// elections in progress are retried with backoff.
+func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.CoordinatorClient) error) error {
+	backoff := 50 * time.Millisecond
+	for {
+		c.mu.Lock()
+		start := c.mu.next
+		c.mu.Unlock()
+		var last error
+		for i := range c.conns {
+			idx := (start + i) % len(c.conns)
+			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			err := fn(cctx, pb.NewCoordinatorClient(c.conns[idx]))
+			cancel()
+			if err == nil || !retryable(err) {
+				if err == nil {
+					c.mu.Lock()
+					c.mu.next = idx
+					c.mu.Unlock()
+				}
+				return err
+			}
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no coordinator of %s answered: %w (last error: %v)", strings.Join(c.addrs, ","), ctx.Err(), last)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+}
+
+// Map fetches a map with at least minEpoch.
+func (c *Client) Map(ctx context.Context, minEpoch uint64) (*clustermap.Map, error) {
+	var m *clustermap.Map
+	err := c.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		r, err := cl.GetMap(ctx, &pb.GetMapRequest{MinEpoch: minEpoch})
+		if err != nil {
+			return err
+		}
+		m, err = clustermap.Decode(r.MapJson)
+		return err
+	})
+	return m, err
+}
+
+// ErrorMessage turns a gRPC error into its plain message for people.
+func ErrorMessage(err error) string {
+	if s, ok := status.FromError(err); ok {
+		return s.Message()
+	}
+	return err.Error()
+}

@@ -1,0 +1,76 @@
+// Package limits holds every bound and size Plumeria uses, with the unit last
+// in each name. Relations between limits are checked at compile time.
+package limits
+
+import "time"
+
+const (
+	// BlockBytes is the unit a brick stores and checksums. Every stored block
+	// is exactly this long; partial writes are merged by the primary.
+	BlockBytes = 4 << 10
+
+	// ChunkBytesDefault is the default unit of placement of a volume: a
+	// chunk hashes to one placement group. Petal used 64 KiB.
+	ChunkBytesDefault = 64 << 10
+	// ChunkBytesMin and ChunkBytesMax bound --chunk-size.
+	ChunkBytesMin = BlockBytes
+	ChunkBytesMax = 16 << 20
+
+	// PGsPerVolumeDefault is the number of placement groups of a new volume.
+	PGsPerVolumeDefault = 64
+	PGsPerVolumeMax     = 4096
+
+	// ReplicasMax bounds --replicas.
+	ReplicasMax = 5
+
+	// RPCMessageBytesMax bounds any gRPC message (a chunk write plus headers).
+	RPCMessageBytesMax = ChunkBytesMax + (1 << 20)
+
+	// VolumeNameBytesMax bounds volume, snapshot, brick and member names.
+	NameBytesMax = 128
+
+	// SegmentBytesMax is the size at which a brick rolls to a new segment.
+	SegmentBytesMax = 64 << 20
+
+	// VolumesMax bounds the number of volumes in a cluster map.
+	VolumesMax = 1024
+	// BricksMax bounds the number of bricks in a cluster map.
+	BricksMax = 1024
+	// SnapshotsPerVolumeMax bounds snapshots of one volume.
+	SnapshotsPerVolumeMax = 4096
+	// WritersMax bounds the number of fenced writer ids in the map.
+	WritersMax = 1 << 16
+
+	// ClientInflightChunksMax bounds the chunk requests a volume client has
+	// in flight for one call.
+	ClientInflightChunksMax = 32
+)
+
+// Timing defaults. Durations carry their unit; names end in Max/Min only.
+const (
+	HeartbeatInterval = 250 * time.Millisecond
+	// BrickLease is how long a brick may act as primary after the start of
+	// its last successful heartbeat.
+	BrickLease = 2 * time.Second
+	// BrickDeadAfter is how long the coordinator waits without a heartbeat
+	// before it declares a brick down. It must exceed BrickLease so that a
+	// new primary is only appointed after the old one's lease ran out.
+	BrickDeadAfter = 4 * time.Second
+	// FenceWaitMax bounds how long Fence and Snapshot wait for bricks to
+	// install the new map before declaring stragglers down.
+	FenceWaitMax = 10 * time.Second
+	// ClientRetryMax bounds how long a volume client retries one request
+	// through map changes before it gives up.
+	ClientRetryMax = 60 * time.Second
+)
+
+// Compile-time relations: each line fails to compile if the relation breaks.
+const (
+	_ = uint64(ChunkBytesDefault % BlockBytes)            // must be 0 (see below)
+	_ = uint64(SegmentBytesMax - 4*ChunkBytesMax)         // a segment holds several chunks
+	_ = uint64(BrickDeadAfter - BrickLease - time.Second) // dead-after exceeds lease with margin
+	_ = uint64(RPCMessageBytesMax - ChunkBytesMax)
+)
+
+// zeroIfAligned fails to compile unless the default chunk is block aligned.
+var _ [0]struct{} = [ChunkBytesDefault % BlockBytes]struct{}{}

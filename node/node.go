@@ -1,0 +1,146 @@
+// Package node wires the roles of one Plumeria server process together:
+// one TCP port shared by gRPC and Raft, a coordinator and/or a brick, and
+// an optional HTTP port for /metrics. `plumeria server` and `plumeria up`
+// both use it.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+
+	"github.com/plumeria-fs/plumeria/brick"
+	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/netmux"
+)
+
+// Config is one process's roles and addresses.
+type Config struct {
+	Name          string
+	Listen        string // HOST:PORT for gRPC and Raft
+	Advertise     string // address others use; default Listen
+	DataDir       string
+	Coordinator   bool
+	Brick         bool
+	Join          []string // coordinators to join (coordinator role)
+	Coord         []string // coordinators to use (brick role); default Join, plus self
+	Domain        map[string]string
+	CapacityBytes int64
+	MetricsListen string // empty: no metrics endpoint
+	Logger        *slog.Logger
+}
+
+// Node is a running server process.
+type Node struct {
+	cfg   Config
+	mux   *netmux.Mux
+	gs    *grpc.Server
+	coord *coord.Server
+	brick *brick.Server
+	cc    *coordclient.Client
+	http  *http.Server
+}
+
+// Start brings the roles up. It returns once the brick (if any) has
+// registered with the coordinator, or ctx ends.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	if !cfg.Coordinator && !cfg.Brick {
+		return nil, errors.New("server: give at least one role: --coordinator and/or --brick")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	mux, err := netmux.Listen(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = mux.Addr().String()
+	}
+	n := &Node{cfg: cfg, mux: mux}
+	n.gs = grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
+	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
+	if cfg.Coordinator {
+		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
+			Join: cfg.Join, Logger: cfg.Logger}, mux.Raft(), n.gs)
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.Brick {
+		addrs := cfg.Coord
+		if len(addrs) == 0 {
+			addrs = cfg.Join
+		}
+		if cfg.Coordinator {
+			addrs = append([]string{cfg.Advertise}, addrs...)
+		}
+		if len(addrs) == 0 {
+			return fail(errors.New("server: a brick needs --coord ADDR (or --coordinator in the same process)"))
+		}
+		if n.cc, err = coordclient.New(addrs...); err != nil {
+			return fail(err)
+		}
+		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
+			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Coord: n.cc, Logger: cfg.Logger}, n.gs)
+		if err != nil {
+			return fail(err)
+		}
+	}
+	go n.gs.Serve(mux.GRPC())
+	if cfg.MetricsListen != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsListen)
+		if err != nil {
+			return fail(fmt.Errorf("server: metrics listen on %s: %w", cfg.MetricsListen, err))
+		}
+		m := http.NewServeMux()
+		m.Handle("/metrics", promhttp.Handler())
+		n.http = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+		go n.http.Serve(ln)
+	}
+	if n.brick != nil {
+		if err := n.brick.Run(ctx); err != nil {
+			return fail(err)
+		}
+	}
+	return n, nil
+}
+
+// Addr is the address the node advertises.
+func (n *Node) Addr() string { return n.cfg.Advertise }
+
+// Coordinator returns the coordinator role, or nil.
+func (n *Node) Coordinator() *coord.Server { return n.coord }
+
+// Brick returns the brick role, or nil.
+func (n *Node) Brick() *brick.Server { return n.brick }
+
+// Stop stops every role and closes the port.
+func (n *Node) Stop() {
+	if n.http != nil {
+		n.http.Close()
+	}
+	if n.gs != nil {
+		n.gs.Stop()
+	}
+	if n.brick != nil {
+		n.brick.Stop()
+	}
+	if n.coord != nil {
+		n.coord.Stop()
+	}
+	if n.cc != nil {
+		n.cc.Close()
+	}
+	n.mux.Close()
+}

@@ -1,0 +1,340 @@
+// Package volume is the virtual-disk client: it cuts reads, writes and
+// decommits of a sparse 2^64-byte volume into chunk-sized requests, routes
+// each to the primary of its placement group under the newest map it has,
+// and retries through map changes (failover, backfill, epoch bumps).
+//
+// Guarantee: WriteAt returns nil only when every replica of every touched
+// chunk has the bytes durable; a fenced writer gets ErrFenced and its
+// write is never retried.
+package volume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// Errors returned (wrapped) by Volume methods; test with errors.Is.
+var (
+	ErrFenced     = errors.New("volume: writer fenced")
+	ErrNoVolume   = errors.New("volume: no such volume")
+	ErrNoSnapshot = errors.New("volume: no such snapshot")
+	ErrRange      = errors.New("volume: range passes the end of the 2^64-byte address space")
+	ErrDataLoss   = errors.New("volume: data lost on every replica")
+	ErrNoSpace    = errors.New("volume: a brick is out of space")
+)
+
+// Options configures a Volume.
+type Options struct {
+	// Writer identifies this client for fencing; empty means a random id.
+	Writer string
+	// RetryMax bounds retries of one chunk request; 0 = limits.ClientRetryMax.
+	RetryMax time.Duration
+}
+
+// Volume is an open virtual disk. Safe for concurrent use.
+type Volume struct {
+	name  string
+	coord *coordclient.Client
+	opts  Options
+	epoch uint64 // writer fencing epoch, fixed at Open
+
+	mu struct {
+		sync.Mutex
+		m     *clustermap.Map
+		conns map[string]*grpc.ClientConn
+	}
+}
+
+// Open looks the volume up and fixes this writer's fencing epoch at the
+// current one: once someone fences the writer, this Volume can never write
+// again; a new Open is needed (and will be fenced too if the fence was
+// raised beyond the current epoch on purpose).
+func Open(ctx context.Context, coord *coordclient.Client, name string, opts Options) (*Volume, error) {
+	if opts.Writer == "" {
+		opts.Writer = fmt.Sprintf("client-%016x", rand.Uint64())
+	}
+	if opts.RetryMax == 0 {
+		opts.RetryMax = limits.ClientRetryMax
+	}
+	m, err := coord.Map(ctx, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", name, err)
+	}
+	if m.Volume(name) == nil {
+		return nil, fmt.Errorf("open volume %s: %w (create it with `plumeria volume create`)", name, ErrNoVolume)
+	}
+	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer)}
+	v.mu.m = m
+	v.mu.conns = map[string]*grpc.ClientConn{}
+	return v, nil
+}
+
+// Writer returns the writer id and fencing epoch this Volume writes with.
+func (v *Volume) Writer() (string, uint64) { return v.opts.Writer, v.epoch }
+
+// Close releases connections.
+func (v *Volume) Close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, c := range v.mu.conns {
+		c.Close()
+	}
+}
+
+// Map returns the newest map this client has.
+func (v *Volume) Map() *clustermap.Map {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.mu.m
+}
+
+func (v *Volume) refresh(ctx context.Context, minEpoch uint64) error {
+	m, err := v.coord.Map(ctx, minEpoch)
+	if err != nil {
+		return err
+	}
+	v.mu.Lock()
+	if m.Epoch > v.mu.m.Epoch {
+		v.mu.m = m
+	}
+	v.mu.Unlock()
+	return nil
+}
+
+func (v *Volume) brick(m *clustermap.Map, name string) (pb.BrickClient, error) {
+	b := m.Brick(name)
+	if b == nil {
+		return nil, status.Errorf(codes.Unavailable, "brick %s not in map", name)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	c := v.mu.conns[b.Addr]
+	if c == nil {
+		var err error
+		if c, err = coordclient.Dial(b.Addr); err != nil {
+			return nil, err
+		}
+		v.mu.conns[b.Addr] = c
+	}
+	return pb.NewBrickClient(c), nil
+}
+
+// piece is the part of a request that falls in one chunk.
+type piece struct {
+	off uint64
+	buf []byte // the caller's bytes for this piece
+}
+
+func checkRange(off uint64, n int) error {
+	if n > 0 && off+uint64(n)-1 < off {
+		return fmt.Errorf("%w: offset %d length %d", ErrRange, off, n)
+	}
+	return nil
+}
+
+func split(off uint64, p []byte, chunk uint64) []piece {
+	var out []piece
+	for len(p) > 0 {
+		n := min(uint64(len(p)), chunk-off%chunk)
+		out = append(out, piece{off, p[:n]})
+		off += n
+		p = p[n:]
+	}
+	return out
+}
+
+// WriteAt writes p at off. It returns once every replica has it durable.
+func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	if err := checkRange(off, len(p)); err != nil {
+		return err
+	}
+	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
+		pg := vol.PGOf(pc.off)
+		cl, err := v.brick(m, vol.PGs[pg].Primary())
+		if err != nil {
+			return err
+		}
+		_, err = cl.Write(ctx, &pb.WriteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Data: pc.buf,
+			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}})
+		return err
+	})
+}
+
+// ReadAt fills p from off. Never-written bytes read as zeros.
+func (v *Volume) ReadAt(ctx context.Context, p []byte, off uint64) error {
+	return v.ReadSnapshotAt(ctx, "", p, off)
+}
+
+// ReadSnapshotAt reads as of the named snapshot ("" = the live volume).
+func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) error {
+	if err := checkRange(off, len(p)); err != nil {
+		return err
+	}
+	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
+		if _, ok := vol.Snapshots[snap]; snap != "" && !ok {
+			return fmt.Errorf("volume %s: %w %q", v.name, ErrNoSnapshot, snap)
+		}
+		pg := vol.PGOf(pc.off)
+		cl, err := v.brick(m, vol.PGs[pg].Primary())
+		if err != nil {
+			return err
+		}
+		r, err := cl.Read(ctx, &pb.ReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Length: uint32(len(pc.buf)), Snapshot: snap})
+		if err != nil {
+			return err
+		}
+		if len(r.Data) != len(pc.buf) {
+			return status.Errorf(codes.Unavailable, "brick returned %d bytes for %d", len(r.Data), len(pc.buf))
+		}
+		copy(pc.buf, r.Data)
+		return nil
+	})
+}
+
+// Decommit frees [off, off+n): it then reads as zeros; snapshots keep
+// what they saw. n == 0 with off == 0 is not "everything": pass
+// DecommitAll for the whole address space.
+func (v *Volume) Decommit(ctx context.Context, off, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	if off+n < off && off+n != 0 {
+		return fmt.Errorf("%w: decommit at %d length %d", ErrRange, off, n)
+	}
+	vol := v.Map().Volume(v.name)
+	if vol == nil {
+		return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
+	}
+	errs := make(chan error, len(vol.PGs))
+	for pg := range vol.PGs {
+		go func() {
+			errs <- v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error {
+				cl, err := v.brick(m, vol.PGs[pg].Primary())
+				if err != nil {
+					return err
+				}
+				_, err = cl.Decommit(ctx, &pb.DecommitRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: uint32(pg), Offset: off, Length: n,
+					Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}})
+				return err
+			})
+		}()
+	}
+	var first error
+	for range vol.PGs {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Sync is a no-op kept for the BlockDevice interface: acknowledged writes
+// are already durable on every replica.
+func (v *Volume) Sync(ctx context.Context) error { return nil }
+
+// each runs fn on every chunk piece of [off, off+len(p)), in parallel up to
+// limits.ClientInflightChunksMax, each with retries.
+func (v *Volume) each(ctx context.Context, off uint64, p []byte, fn func(context.Context, *clustermap.Map, *clustermap.Volume, piece) error) error {
+	vol := v.Map().Volume(v.name)
+	if vol == nil {
+		return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
+	}
+	pieces := split(off, p, uint64(vol.ChunkBytes))
+	if len(pieces) == 1 {
+		return v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error { return fn(ctx, m, vol, pieces[0]) })
+	}
+	sem := make(chan struct{}, limits.ClientInflightChunksMax)
+	errs := make(chan error, len(pieces))
+	for _, pc := range pieces {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error { return fn(ctx, m, vol, pc) })
+		}()
+	}
+	var first error
+	for range pieces {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// retry runs one chunk request until it succeeds, fails for good, or
+// RetryMax passes, refreshing the map between attempts.
+func (v *Volume) retry(ctx context.Context, fn func(context.Context, *clustermap.Map, *clustermap.Volume) error) error {
+	deadline := time.Now().Add(v.opts.RetryMax)
+	backoff := 20 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		m := v.Map()
+		vol := m.Volume(v.name)
+		if vol == nil {
+			return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
+		}
+		err := fn(ctx, m, vol)
+		if err == nil {
+			return nil
+		}
+		if perm := permanent(v.name, err); perm != nil {
+			return perm
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("volume %s: gave up after %d attempts: %s", v.name, attempt+1, coordclient.ErrorMessage(err))
+		}
+		if rerr := v.refresh(ctx, 0); rerr != nil && ctx.Err() != nil {
+			return rerr
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff + time.Duration(rand.Int64N(int64(backoff)))):
+		}
+		backoff = min(backoff*2, 500*time.Millisecond)
+	}
+}
+
+// permanent returns the error to give up with, or nil to retry.
+func permanent(name string, err error) error {
+	if _, ok := status.FromError(err); !ok {
+		return err // our own errors (no snapshot, ...) are final
+	}
+	msg := coordclient.ErrorMessage(err)
+	switch status.Code(err) {
+	case codes.PermissionDenied:
+		return fmt.Errorf("volume %s: %w: %s", name, ErrFenced, msg)
+	case codes.InvalidArgument:
+		return fmt.Errorf("volume %s: %s", name, msg)
+	case codes.DataLoss:
+		return fmt.Errorf("volume %s: %w: %s", name, ErrDataLoss, msg)
+	case codes.ResourceExhausted:
+		return fmt.Errorf("volume %s: %w: %s", name, ErrNoSpace, msg)
+	case codes.NotFound:
+		if isSnap := len(msg) > 0; isSnap && containsSnapshot(msg) {
+			return fmt.Errorf("volume %s: %w: %s", name, ErrNoSnapshot, msg)
+		}
+	}
+	return nil
+}
+
+func containsSnapshot(s string) bool {
+	for i := 0; i+8 <= len(s); i++ {
+		if s[i:i+8] == "snapshot" {
+			return true
+		}
+	}
+	return false
+}
