@@ -104,7 +104,7 @@ func fromPB(vol uint64, in []*pb.BlockOp) ([]store.Op, error) {
 
 // checkMember refuses replication traffic from anyone but the PG's primary
 // to anyone but a member.
-func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary string) error {
+func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary string, epoch uint64) error {
 	v, p, err := pgOf(m, vol, pg, 0, 0)
 	if err != nil {
 		return err
@@ -112,7 +112,7 @@ func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary s
 	if p.Primary() != primary || !slices.Contains(p.Bricks, s.cfg.Name) {
 		return status.Errorf(codes.FailedPrecondition, "volume %s pg %d at epoch %d: %s is not primary or %s not a member", v.Name, pg, m.Epoch, primary, s.cfg.Name)
 	}
-	return nil
+	return s.checkEpoch(vol, pg, epoch)
 }
 
 // filterNewer drops ops this brick already has a newer copy of.
@@ -148,12 +148,11 @@ func (s *Server) filterNewer(ops []store.Op, horizon uint64, backfill bool) ([]s
 
 // Replicate applies a primary's ops in the order the primary sent them.
 func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
-	m, done, err := s.begin(ctx, r.MapEpoch)
+	m, err := s.beginPeer(ctx, r.MapEpoch)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
-	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary); err != nil {
+	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return nil, err
 	}
 	if err := checkFence(m, r.Writer); err != nil {
@@ -191,17 +190,15 @@ const inventoryBatch = 4096
 
 // Inventory streams what this brick holds for a PG: keys and seqs.
 func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingServer[pb.InventoryResponse]) error {
-	m, done, err := s.begin(stream.Context(), r.MapEpoch)
+	m, err := s.beginPeer(stream.Context(), r.MapEpoch)
 	if err != nil {
 		return err
 	}
 	v, _, err := pgOf(m, r.Vol, r.Pg, 0, 0)
 	if err != nil {
-		done()
 		return err
 	}
 	entries, err := s.pgEntries(v, r.Pg)
-	done()
 	if err != nil {
 		return storeErr(err, "inventory")
 	}
@@ -239,12 +236,11 @@ func (s *Server) Backfill(stream grpc.ClientStreamingServer[pb.BackfillRequest, 
 }
 
 func (s *Server) backfillBatch(ctx context.Context, r *pb.BackfillRequest) (int64, error) {
-	m, done, err := s.begin(ctx, r.MapEpoch)
+	m, err := s.beginPeer(ctx, r.MapEpoch)
 	if err != nil {
 		return 0, err
 	}
-	defer done()
-	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary); err != nil {
+	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return 0, err
 	}
 	ops, err := fromPB(r.Vol, r.Ops)

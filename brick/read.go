@@ -30,6 +30,9 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
+		return nil, err
+	}
 	if err := s.checkPrimary(v, r.Pg, p); err != nil {
 		return nil, err
 	}
@@ -140,6 +143,9 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	defer done()
 	v, p, err := pgOf(m, r.Vol, r.Pg, 0, 0)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
 		return nil, err
 	}
 	if r.Length == 0 {

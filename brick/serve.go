@@ -27,27 +27,55 @@ import (
 //	ResourceExhausted   a store is full
 var (
 	errStale = func(got, have uint64) error {
-		return status.Errorf(codes.FailedPrecondition, "stale map epoch %d (brick has %d)", got, have)
+		return status.Errorf(codes.FailedPrecondition, "stale map epoch %d: the placement group changed at epoch %d", got, have)
 	}
 )
 
 func nextSeq(last, epoch uint64) (uint64, error) { return repl.NextSeq(last, epoch) }
 
-// begin checks a request's map epoch and returns the brick's map with
-// mapMu held shared; the caller must call done.
+// begin serves a client request (Write, Read, Decommit) at the primary: it
+// brings the brick's map up to the request's epoch and returns it with
+// mapMu held shared; the caller must call done. Holding mapMu makes a map
+// install wait for requests under the old map, so a fence or snapshot is in
+// force at this primary once its install returns.
 func (s *Server) begin(ctx context.Context, epoch uint64) (m *clustermap.Map, done func(), err error) {
-	if epoch > s.m.Load().Epoch {
-		if err := s.refresh(ctx, epoch); err != nil {
-			return nil, nil, status.Errorf(codes.Unavailable, "brick %s: cannot fetch map epoch %d: %v", s.cfg.Name, epoch, err)
-		}
+	if err := s.catchUp(ctx, epoch); err != nil {
+		return nil, nil, err
 	}
 	s.mapMu.RLock()
-	m = s.m.Load()
-	if epoch < m.Epoch {
-		s.mapMu.RUnlock()
-		return nil, nil, errStale(epoch, m.Epoch)
+	return s.m.Load(), s.mapMu.RUnlock, nil
+}
+
+// beginPeer serves a request from another brick (Replicate, Backfill,
+// Inventory). It takes no lock: a primary waiting for its backups while an
+// install waits for the primary must never wait for an install here in
+// turn (that cycle across two bricks would deadlock).
+func (s *Server) beginPeer(ctx context.Context, epoch uint64) (*clustermap.Map, error) {
+	if err := s.catchUp(ctx, epoch); err != nil {
+		return nil, err
 	}
-	return m, s.mapMu.RUnlock, nil
+	return s.m.Load(), nil
+}
+
+func (s *Server) catchUp(ctx context.Context, epoch uint64) error {
+	if epoch > s.m.Load().Epoch {
+		if err := s.refresh(ctx, epoch); err != nil {
+			return status.Errorf(codes.Unavailable, "brick %s: cannot fetch map epoch %d: %v", s.cfg.Name, epoch, err)
+		}
+	}
+	return nil
+}
+
+// checkEpoch refuses a request routed with a map older than the last change
+// of its PG's configuration (members, order, syncing set).
+func (s *Server) checkEpoch(vol uint64, pg uint32, epoch uint64) error {
+	s.pgMu.Lock()
+	changed := s.pgEpoch[pgKey{vol, pg}]
+	s.pgMu.Unlock()
+	if epoch < changed {
+		return errStale(epoch, changed)
+	}
+	return nil
 }
 
 // pgOf checks that the volume and PG exist and that [off, off+n) lies in
@@ -121,6 +149,9 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	defer done()
 	v, p, err := pgOf(m, r.Vol, r.Pg, r.Offset, uint64(len(r.Data)))
 	if err != nil {
+		return nil, err
+	}
+	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
 		return nil, err
 	}
 	if err := s.checkPrimary(v, r.Pg, p); err != nil {

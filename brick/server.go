@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +65,9 @@ type Server struct {
 	lastSeq    atomic.Uint64
 	seqMu      sync.Mutex
 
-	pgMu   sync.Mutex
-	pgLock map[pgKey]*sync.Mutex // per-PG write order at the primary
+	pgMu    sync.Mutex
+	pgLock  map[pgKey]*sync.Mutex // per-PG write order at the primary
+	pgEpoch map[pgKey]uint64      // map epoch of the PG's last configuration change
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -104,7 +106,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}}
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}, pgEpoch: map[pgKey]uint64{}}
 	s.bf.running = map[bfKey]bool{}
 	s.m.Store(&clustermap.Map{})
 	if err := s.initSeq(); err != nil {
@@ -191,11 +193,28 @@ func (s *Server) install(m *clustermap.Map) {
 		return
 	}
 	s.mapMu.Lock()
-	if m.Epoch > s.m.Load().Epoch {
+	if old := s.m.Load(); m.Epoch > old.Epoch {
+		s.notePGChanges(old, m)
 		s.m.Store(m)
 	}
 	s.mapMu.Unlock()
 	s.startBackfills(m)
+}
+
+// notePGChanges records the epoch at which each PG's configuration last
+// changed; requests routed with an older map are refused as stale. On the
+// first install every PG counts as changed at that epoch.
+func (s *Server) notePGChanges(old, m *clustermap.Map) {
+	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
+	for _, v := range m.Volumes {
+		ov := old.VolumeByID(v.ID)
+		for i, p := range v.PGs {
+			if ov == nil || old.Epoch == 0 || i >= len(ov.PGs) || !slices.Equal(ov.PGs[i].Bricks, p.Bricks) || !slices.Equal(ov.PGs[i].Syncing, p.Syncing) {
+				s.pgEpoch[pgKey{v.ID, uint32(i)}] = m.Epoch
+			}
+		}
+	}
 }
 
 // refresh fetches a map with at least epoch from the coordinator.

@@ -13,8 +13,8 @@ import (
 
 var (
 	propSeed  = flag.Uint64("clustermap.seed", 0, "run TestPropertyRandomOps with this seed only")
-	propSeeds = flag.Int("clustermap.seeds", 150, "number of seeds TestPropertyRandomOps runs")
-	propSteps = flag.Int("clustermap.steps", 250, "steps per seed in TestPropertyRandomOps")
+	propSeeds = flag.Int("clustermap.seeds", 100, "number of seeds TestPropertyRandomOps runs")
+	propSteps = flag.Int("clustermap.steps", 200, "steps per seed in TestPropertyRandomOps")
 )
 
 // TestPropertyRandomOps runs random sequences of membership changes through
@@ -173,6 +173,11 @@ func (w *world) check(prev, next *clustermap.Map) {
 			w.checkFull(next, &v, i, p)
 			if pv != nil {
 				w.checkDrainLeave(next, &v, i, pv.PGs[i], p)
+				// The primary changes only when the old one leaves the PG.
+				if old := pv.PGs[i].Primary(); slices.Contains(p.Bricks, old) && p.Primary() != old {
+					w.fatalf("volume %s pg %d: primary %s still a member but replaced: %+v → %+v",
+						v.Name, i, old, pv.PGs[i], p)
+				}
 			}
 		}
 	}

@@ -1,12 +1,14 @@
 package coord
 
 import (
+	"context"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
 const (
@@ -38,6 +40,7 @@ func (s *Server) loop() {
 		}
 		wasLeader = leader
 		if !leader {
+			s.heartbeatLeader()
 			continue
 		}
 		if _, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
@@ -100,4 +103,16 @@ func (s *Server) waitInstalled(epoch uint64, maxWait time.Duration) []string {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// heartbeatLeader tells the leader this follower is alive (for status).
+func (s *Server) heartbeatLeader() {
+	cl, err := s.leader()
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, _ = cl.Heartbeat(ctx, &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_COORDINATOR,
+		MapEpoch: s.fsm.Map().Epoch, Addr: s.cfg.Addr})
 }

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,7 +255,9 @@ func (v *Volume) each(ctx context.Context, off uint64, p []byte, fn func(context
 	}
 	pieces := split(off, p, uint64(vol.ChunkBytes))
 	if len(pieces) == 1 {
-		return v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error { return fn(ctx, m, vol, pieces[0]) })
+		return v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error {
+			return fn(ctx, m, vol, pieces[0])
+		})
 	}
 	sem := make(chan struct{}, limits.ClientInflightChunksMax)
 	errs := make(chan error, len(pieces))
@@ -323,18 +326,9 @@ func permanent(name string, err error) error {
 	case codes.ResourceExhausted:
 		return fmt.Errorf("volume %s: %w: %s", name, ErrNoSpace, msg)
 	case codes.NotFound:
-		if isSnap := len(msg) > 0; isSnap && containsSnapshot(msg) {
+		if strings.Contains(msg, "snapshot") {
 			return fmt.Errorf("volume %s: %w: %s", name, ErrNoSnapshot, msg)
 		}
 	}
 	return nil
-}
-
-func containsSnapshot(s string) bool {
-	for i := 0; i+8 <= len(s); i++ {
-		if s[i:i+8] == "snapshot" {
-			return true
-		}
-	}
-	return false
 }

@@ -62,4 +62,3 @@ func volumeCmd() *cobra.Command {
 	c.AddCommand(create)
 	return c
 }
-
