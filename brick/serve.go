@@ -111,6 +111,12 @@ func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG)
 	if !s.leaseValid() {
 		return status.Errorf(codes.Unavailable, "brick %s: primary lease expired (coordinator unreachable)", s.cfg.Name)
 	}
+	s.pgMu.Lock()
+	since := s.pgLead[pgKey{v.ID, pg}]
+	s.pgMu.Unlock()
+	if s.installed.Load() < since {
+		return status.Errorf(codes.Unavailable, "brick %s: new primary of volume %s pg %d waits until the previous primary has learned map epoch %d", s.cfg.Name, v.Name, pg, since)
+	}
 	return nil
 }
 

@@ -61,13 +61,15 @@ type Server struct {
 	mapMu sync.RWMutex
 	m     atomic.Pointer[clustermap.Map]
 
-	leaseUntil atomic.Int64 // unix nanos until which this brick may act as primary
+	leaseUntil atomic.Int64  // unix nanos until which this brick may act as primary
+	installed  atomic.Uint64 // every brick that may act as primary has this map epoch
 	lastSeq    atomic.Uint64
 	seqMu      sync.Mutex
 
 	pgMu    sync.Mutex
 	pgLock  map[pgKey]*sync.Mutex // per-PG write order at the primary
 	pgEpoch map[pgKey]uint64      // map epoch of the PG's last configuration change
+	pgLead  map[pgKey]uint64      // map epoch at which the PG's primary last changed
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -106,7 +108,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}, pgEpoch: map[pgKey]uint64{}}
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}, pgEpoch: map[pgKey]uint64{}, pgLead: map[pgKey]uint64{}}
 	s.bf.running = map[bfKey]bool{}
 	s.m.Store(&clustermap.Map{})
 	if err := s.initSeq(); err != nil {
@@ -210,8 +212,13 @@ func (s *Server) notePGChanges(old, m *clustermap.Map) {
 	for _, v := range m.Volumes {
 		ov := old.VolumeByID(v.ID)
 		for i, p := range v.PGs {
-			if ov == nil || old.Epoch == 0 || i >= len(ov.PGs) || !slices.Equal(ov.PGs[i].Bricks, p.Bricks) || !slices.Equal(ov.PGs[i].Syncing, p.Syncing) {
-				s.pgEpoch[pgKey{v.ID, uint32(i)}] = m.Epoch
+			k := pgKey{v.ID, uint32(i)}
+			fresh := ov == nil || old.Epoch == 0 || i >= len(ov.PGs)
+			if fresh || !slices.Equal(ov.PGs[i].Bricks, p.Bricks) || !slices.Equal(ov.PGs[i].Syncing, p.Syncing) {
+				s.pgEpoch[k] = m.Epoch
+			}
+			if fresh || ov.PGs[i].Primary() != p.Primary() {
+				s.pgLead[k] = m.Epoch
 			}
 		}
 	}
@@ -285,6 +292,7 @@ func (s *Server) heartbeat() {
 			_ = s.register(ctx)
 		}
 	}
+	s.installed.Store(resp.InstalledEpoch)
 	s.leaseUntil.Store(sent.Add(time.Duration(resp.LeaseMs) * time.Millisecond).UnixNano())
 }
 

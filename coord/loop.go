@@ -116,3 +116,30 @@ func (s *Server) heartbeatLeader() {
 	_, _ = cl.Heartbeat(ctx, &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_COORDINATOR,
 		MapEpoch: s.fsm.Map().Epoch, Addr: s.cfg.Addr})
 }
+
+// installedEpoch is the lowest map epoch installed by any brick that may
+// still act as a primary: up in m and heard from within its lease. Until a
+// new leader has seen every brick once, it claims nothing beyond what the
+// bricks reported to it.
+func (s *Server) installedEpoch(m *clustermap.Map, now time.Time) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	low := m.Epoch
+	for _, b := range m.Bricks {
+		if b.State != clustermap.BrickUp {
+			continue
+		}
+		seen, ok := s.mu.seen[b.Name]
+		if !ok {
+			if now.Sub(s.mu.leaderSince) <= s.cfg.Lease {
+				return 0 // it may hold a lease granted by the previous leader
+			}
+			continue
+		}
+		if now.Sub(seen) > s.cfg.Lease {
+			continue
+		}
+		low = min(low, s.mu.epochs[b.Name])
+	}
+	return low
+}

@@ -118,8 +118,9 @@ func (s *Server) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.Hea
 			s.mu.usage[r.Name] = u
 		}
 		s.mu.Unlock()
-		resp := &pb.HeartbeatResponse{LeaseMs: s.cfg.Lease.Milliseconds()}
-		if m := s.fsm.Map(); m.Epoch > r.MapEpoch {
+		m := s.fsm.Map()
+		resp := &pb.HeartbeatResponse{LeaseMs: s.cfg.Lease.Milliseconds(), InstalledEpoch: s.installedEpoch(m, now)}
+		if m.Epoch > r.MapEpoch {
 			resp.MapJson = clustermap.Encode(m)
 		}
 		return resp, nil

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -291,6 +292,9 @@ func (v *Volume) retry(ctx context.Context, fn func(context.Context, *clustermap
 		err := fn(ctx, m, vol)
 		if err == nil {
 			return nil
+		}
+		if os.Getenv("PLUMERIA_DEBUG_RETRY") != "" {
+			fmt.Fprintln(os.Stderr, "retry:", err)
 		}
 		if perm := permanent(v.name, err); perm != nil {
 			return perm

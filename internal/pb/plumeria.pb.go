@@ -476,11 +476,16 @@ func (x *HeartbeatRequest) GetAddr() string {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MapJson       []byte                 `protobuf:"bytes,1,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`  // empty when the caller's map is current
-	LeaseMs       int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // the caller may act as primary this long after it sent the request
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	MapJson []byte                 `protobuf:"bytes,1,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`  // empty when the caller's map is current
+	LeaseMs int64                  `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"` // the caller may act as primary this long after it sent the request
+	// installed_epoch: every brick that may still act as a primary (up, and
+	// heard from within its lease) has installed at least this map epoch. A
+	// new primary serves only once the previous one has learned it lost the
+	// role, i.e. installed_epoch >= the epoch at which the primary changed.
+	InstalledEpoch uint64 `protobuf:"varint,3,opt,name=installed_epoch,json=installedEpoch,proto3" json:"installed_epoch,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -523,6 +528,13 @@ func (x *HeartbeatResponse) GetMapJson() []byte {
 func (x *HeartbeatResponse) GetLeaseMs() int64 {
 	if x != nil {
 		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *HeartbeatResponse) GetInstalledEpoch() uint64 {
+	if x != nil {
+		return x.InstalledEpoch
 	}
 	return 0
 }
@@ -2357,10 +2369,11 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x04addr\x18\a \x01(\tR\x04addr\"\"\n" +
 	"\x04Kind\x12\t\n" +
 	"\x05BRICK\x10\x00\x12\x0f\n" +
-	"\vCOORDINATOR\x10\x01\"I\n" +
+	"\vCOORDINATOR\x10\x01\"r\n" +
 	"\x11HeartbeatResponse\x12\x19\n" +
 	"\bmap_json\x18\x01 \x01(\fR\amapJson\x12\x19\n" +
-	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\",\n" +
+	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12'\n" +
+	"\x0finstalled_epoch\x18\x03 \x01(\x04R\x0einstalledEpoch\",\n" +
 	"\rGetMapRequest\x12\x1b\n" +
 	"\tmin_epoch\x18\x01 \x01(\x04R\bminEpoch\"+\n" +
 	"\x0eGetMapResponse\x12\x19\n" +
