@@ -66,11 +66,11 @@ func (s *Server) backfillLoop(k bfKey) {
 		if _, ok := s.stillNeeded(k); !ok {
 			return
 		}
-		n, err := s.backfill(ctx, k)
+		n, since, err := s.backfill(ctx, k)
 		if err == nil {
 			s.log.Info("backfill done", "vol", k.vol, "pg", k.pg, "target", k.target, "blocks", n)
 			err = s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-				_, err := cl.PGSynced(ctx, &pb.PGSyncedRequest{Vol: k.vol, Pg: k.pg, Brick: k.target, Epoch: s.m.Load().Epoch})
+				_, err := cl.PGSynced(ctx, &pb.PGSyncedRequest{Vol: k.vol, Pg: k.pg, Brick: k.target, Since: since, Primary: s.cfg.Name})
 				return err
 			})
 			if err == nil {
@@ -93,12 +93,18 @@ func (s *Server) backfillLoop(k bfKey) {
 // it reach the target by forwarding), ask the target for its inventory,
 // and send the difference. Each batch goes out under the brick's newest
 // map; the loop stops if this brick no longer leads the PG.
-func (s *Server) backfill(ctx context.Context, k bfKey) (int64, error) {
+func (s *Server) backfill(ctx context.Context, k bfKey) (sent int64, since uint64, err error) {
 	m, ok := s.stillNeeded(k)
 	if !ok {
-		return 0, nil
+		return 0, 0, errors.New("backfill no longer needed")
 	}
 	v := m.VolumeByID(k.vol)
+	since = v.PGs[k.pg].Since
+	sent, err = s.sendBackfill(ctx, k, m, v)
+	return sent, since, err
+}
+
+func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v *clustermap.Volume) (int64, error) {
 	unlock := s.lockPG(k.pgKey)
 	horizon := s.lastSeq.Load()
 	mine, err := s.pgEntries(v, k.pg)

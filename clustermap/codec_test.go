@@ -344,7 +344,7 @@ func fuzzDerived(t *testing.T, m *clustermap.Map) {
 				if m.Epoch >= math.MaxUint64-2 {
 					return
 				}
-				n := clustermap.MarkSynced(m, v.ID, uint32(i), s, p.Primary())
+				n := clustermap.MarkSynced(m, v.ID, uint32(i), s, p.Primary(), sinceOf(m, v.ID, uint32(i)))
 				if n == nil {
 					continue
 				}

@@ -294,7 +294,7 @@ func syncAll(t testing.TB, m *clustermap.Map) *clustermap.Map {
 				if len(p.Syncing) == 0 {
 					continue
 				}
-				n := clustermap.MarkSynced(m, v.ID, uint32(i), p.Syncing[0], p.Primary())
+				n := clustermap.MarkSynced(m, v.ID, uint32(i), p.Syncing[0], p.Primary(), sinceOf(m, v.ID, uint32(i)))
 				if n == nil {
 					t.Fatalf("MarkSynced(vol %d pg %d %s by primary %s) = nil", v.ID, i, p.Syncing[0], p.Primary())
 				}
@@ -315,4 +315,14 @@ func syncAll(t testing.TB, m *clustermap.Map) *clustermap.Map {
 	}
 	t.Fatal("syncAll did not converge")
 	return nil
+}
+
+// sinceOf is the Since of a PG, for MarkSynced reports made under the
+// current membership (0 for a PG that does not exist).
+func sinceOf(m *clustermap.Map, vol uint64, pg uint32) uint64 {
+	v := m.VolumeByID(vol)
+	if v == nil || int(pg) >= len(v.PGs) {
+		return 0
+	}
+	return v.PGs[pg].Since
 }

@@ -18,6 +18,8 @@ import (
 	"sort"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // BrickState is whether the coordinator currently hears a brick.
@@ -60,6 +62,10 @@ type Coordinator struct {
 type PG struct {
 	Bricks  []string `json:"bricks"`
 	Syncing []string `json:"syncing,omitempty"`
+	// Since is the map epoch of the last change of Bricks or Syncing. A
+	// backfill reports completion with the Since it started under, so a
+	// late report about an earlier membership is ignored.
+	Since uint64 `json:"since,omitempty"`
 }
 
 // InSync returns the members that hold every acknowledged write.
@@ -132,7 +138,7 @@ func (m *Map) Clone() *Map {
 		v.Snapshots = cloneMap(v.Snapshots)
 		v.PGs = make([]PG, len(m.Volumes[i].PGs))
 		for j, p := range m.Volumes[i].PGs {
-			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing)}
+			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Since: p.Since}
 		}
 		c.Volumes[i] = v
 	}
@@ -196,6 +202,20 @@ func (m *Map) FenceEpoch(writer string) uint64 { return m.Fences[writer] }
 // Validate checks the map's invariants. Maps decoded from bytes are
 // validated before use; an invalid map is rejected with an error.
 func (m *Map) Validate() error {
+	if len(m.Bricks) > limits.BricksMax || len(m.Volumes) > limits.VolumesMax || len(m.Fences) > limits.WritersMax {
+		return fmt.Errorf("clustermap: %d bricks, %d volumes, %d fences exceed %d, %d, %d",
+			len(m.Bricks), len(m.Volumes), len(m.Fences), limits.BricksMax, limits.VolumesMax, limits.WritersMax)
+	}
+	coords := map[string]bool{}
+	for _, c := range m.Coordinators {
+		if err := ValidName(c.Name); err != nil {
+			return fmt.Errorf("clustermap: coordinator: %w", err)
+		}
+		if coords[c.Name] {
+			return fmt.Errorf("clustermap: duplicate coordinator %q", c.Name)
+		}
+		coords[c.Name] = true
+	}
 	for i := 1; i < len(m.Bricks); i++ {
 		if m.Bricks[i-1].Name >= m.Bricks[i].Name {
 			return fmt.Errorf("clustermap: bricks not sorted or duplicate at %q", m.Bricks[i].Name)
@@ -234,10 +254,16 @@ func (m *Map) validateVolume(v *Volume) error {
 	if err := ValidChunkBytes(v.ChunkBytes); err != nil {
 		return fmt.Errorf("clustermap: volume %s: %w", v.Name, err)
 	}
-	if v.Replicas < 1 || len(v.PGs) < 1 {
+	if v.Replicas < 1 || v.Replicas > limits.ReplicasMax || len(v.PGs) < 1 || len(v.PGs) > limits.PGsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d replicas, %d placement groups", v.Name, v.Replicas, len(v.PGs))
 	}
-	for _, g := range v.Snapshots {
+	if len(v.Snapshots) > limits.SnapshotsPerVolumeMax {
+		return fmt.Errorf("clustermap: volume %s: %d snapshots exceed %d", v.Name, len(v.Snapshots), limits.SnapshotsPerVolumeMax)
+	}
+	for name, g := range v.Snapshots {
+		if err := ValidName(name); err != nil {
+			return fmt.Errorf("clustermap: volume %s: snapshot: %w", v.Name, err)
+		}
 		if g >= v.Gen {
 			return fmt.Errorf("clustermap: volume %s: snapshot gen %d not below volume gen %d", v.Name, g, v.Gen)
 		}
@@ -253,10 +279,12 @@ func (m *Map) validateVolume(v *Volume) error {
 			}
 			seen[b] = true
 		}
+		syncing := map[string]bool{}
 		for _, s := range p.Syncing {
-			if !seen[s] {
-				return fmt.Errorf("clustermap: volume %s pg %d: syncing brick %q not a member", v.Name, i, s)
+			if !seen[s] || syncing[s] {
+				return fmt.Errorf("clustermap: volume %s pg %d: syncing brick %q not a member or repeated", v.Name, i, s)
 			}
+			syncing[s] = true
 		}
 		if slices.Contains(p.Syncing, p.Bricks[0]) {
 			return fmt.Errorf("clustermap: volume %s pg %d: primary %s is still syncing", v.Name, i, p.Bricks[0])

@@ -2,11 +2,14 @@ package clustermap
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // ErrPlacement is wrapped by errors saying replicas cannot be placed.
@@ -117,8 +120,15 @@ func AddVolume(m *Map, name string, replicas int, chunkBytes uint32, pgs int, al
 	if err := ValidChunkBytes(chunkBytes); err != nil {
 		return nil, fmt.Errorf("volume %q: %w", name, err)
 	}
-	if replicas < 1 || pgs < 1 {
-		return nil, fmt.Errorf("volume %q: replicas %d and placement groups %d must be at least 1", name, replicas, pgs)
+	if replicas < 1 || replicas > limits.ReplicasMax || pgs < 1 || pgs > limits.PGsPerVolumeMax {
+		return nil, fmt.Errorf("volume %q: replicas %d must be in [1, %d] and placement groups %d in [1, %d]",
+			name, replicas, limits.ReplicasMax, pgs, limits.PGsPerVolumeMax)
+	}
+	if len(m.Volumes) >= limits.VolumesMax {
+		return nil, fmt.Errorf("volume %q: the map already holds %d volumes, the most allowed", name, len(m.Volumes))
+	}
+	if m.NextVolumeID == math.MaxUint64 {
+		return nil, fmt.Errorf("volume %q: volume ids exhausted", name)
 	}
 	if err := canPlace(m, replicas, allowSameDomain); err != nil {
 		return nil, fmt.Errorf("volume %q: %w", name, err)
@@ -150,7 +160,7 @@ func AddVolume(m *Map, name string, replicas int, chunkBytes uint32, pgs int, al
 		}
 		members[0], members[best] = members[best], members[0]
 		l.primaries[members[0]]++
-		v.PGs[i] = PG{Bricks: members}
+		v.PGs[i] = PG{Bricks: members, Since: m.Epoch + 1}
 	}
 	n.Volumes = append(n.Volumes, v)
 	n.Epoch++

@@ -375,12 +375,12 @@ func (w *world) markSynced(step int) {
 	p := w.m.VolumeByID(j.vol).PGs[j.pg]
 	// Reports from anyone but the primary are ignored.
 	for _, other := range p.Bricks {
-		if other != j.prim && clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, other) != nil {
+		if other != j.prim && clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, other, sinceOf(w.m, j.vol, uint32(j.pg))) != nil {
 			w.fatalf("MarkSynced accepted a report from non-primary %s", other)
 		}
 	}
 	w.logf("%d: synced vol %d pg %d %s (primary %s)", step, j.vol, j.pg, j.b, j.prim)
-	n := clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, j.prim)
+	n := clustermap.MarkSynced(w.m, j.vol, uint32(j.pg), j.b, j.prim, sinceOf(w.m, j.vol, uint32(j.pg)))
 	if n == nil {
 		w.fatalf("MarkSynced by primary %s of %s ignored", j.prim, j.b)
 	}

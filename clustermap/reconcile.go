@@ -82,10 +82,17 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 				others++
 			}
 		}
-		if others >= v.Replicas {
-			p.Bricks = slices.DeleteFunc(p.Bricks, func(s string) bool { return s == d })
-			l.replicas[d]--
+		if others < v.Replicas {
+			continue
 		}
+		if d == p.Bricks[0] && up(d) {
+			// Hand off first: d stays a backup this epoch, so every write the
+			// new primary acknowledges still reaches it; it leaves later.
+			p.Bricks = append(slices.Clone(p.Bricks[1:]), d)
+			continue
+		}
+		p.Bricks = slices.DeleteFunc(p.Bricks, func(s string) bool { return s == d })
+		l.replicas[d]--
 	}
 	// Never backfill onto a draining brick.
 	var drop []string
@@ -125,27 +132,34 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 		}
 	}
 	p.Bricks = ordered
-	return !slices.Equal(before.Bricks, p.Bricks) || !slices.Equal(before.Syncing, p.Syncing)
+	if slices.Equal(before.Bricks, p.Bricks) && slices.Equal(before.Syncing, p.Syncing) {
+		return false
+	}
+	p.Since = m.Epoch + 1 // Reconcile's result has epoch m.Epoch+1
+	return true
 }
 
 // MarkSynced records that brick finished its backfill of a PG, reported by
-// the PG's primary. It returns nil if the report does not apply any more.
-func MarkSynced(m *Map, vol uint64, pg uint32, brick, reporter string) *Map {
+// the PG's primary for the membership of epoch since (the PG's Since when
+// the backfill started). It returns nil if the report does not apply any
+// more: another primary, the brick not syncing, or membership changed.
+func MarkSynced(m *Map, vol uint64, pg uint32, brick, reporter string, since uint64) *Map {
 	v := m.VolumeByID(vol)
 	if v == nil || int(pg) >= len(v.PGs) {
 		return nil
 	}
 	p := v.PGs[pg]
-	if p.Primary() != reporter || !slices.Contains(p.Syncing, brick) {
+	if p.Primary() != reporter || !slices.Contains(p.Syncing, brick) || p.Since != since {
 		return nil
 	}
 	n := m.Clone()
 	np := &n.VolumeByID(vol).PGs[pg]
 	np.Syncing = slices.DeleteFunc(np.Syncing, func(s string) bool { return s == brick })
-	n.Epoch++
+	np.Since = m.Epoch + 1
 	if r := Reconcile(n, upSet(n)); r != nil { // a draining brick may now leave
-		return r
+		return r // one epoch above m, like n
 	}
+	n.Epoch++
 	return n
 }
 

@@ -301,14 +301,18 @@ func removeBrick(bs []clustermap.Brick, name string) []clustermap.Brick {
 
 func (s *Server) PGSynced(ctx context.Context, r *pb.PGSyncedRequest) (*pb.PGSyncedResponse, error) {
 	return forward(s, ctx, func() (*pb.PGSyncedResponse, error) {
-		// The reporter is the primary named in the request's map epoch; we
-		// accept only if it is still the primary now (MarkSynced checks).
+		// Accepted only from the current primary, for the membership the
+		// backfill started under (MarkSynced checks both).
 		_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
 			v := m.VolumeByID(r.Vol)
 			if v == nil || int(r.Pg) >= len(v.PGs) {
 				return nil, fmt.Errorf("pg synced: no pg %d of volume %d", r.Pg, r.Vol)
 			}
-			return clustermap.MarkSynced(m, r.Vol, r.Pg, r.Brick, v.PGs[r.Pg].Primary()), nil
+			n := clustermap.MarkSynced(m, r.Vol, r.Pg, r.Brick, r.Primary, r.Since)
+			if n == nil {
+				return nil, fmt.Errorf("pg synced: report for volume %d pg %d brick %s no longer applies (membership changed since epoch %d)", r.Vol, r.Pg, r.Brick, r.Since)
+			}
+			return n, nil
 		})
 		return &pb.PGSyncedResponse{}, err
 	}, func(cl pb.CoordinatorClient) (*pb.PGSyncedResponse, error) { return cl.PGSynced(ctx, r) })

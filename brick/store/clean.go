@@ -37,9 +37,12 @@ func (s *Store) Clean(ctx context.Context) (int64, error) {
 	return total, nil
 }
 
-// RunCleaner calls Clean every period until ctx is done or the store is
-// closed. Errors are logged.
+// RunCleaner calls Clean every period (1s if every <= 0) until ctx is
+// done or the store is closed. Errors are logged.
 func (s *Store) RunCleaner(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		every = time.Second
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

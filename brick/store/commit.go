@@ -103,6 +103,11 @@ func (s *Store) Apply(ctx context.Context, ops []Op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	select {
+	case <-s.stop:
+		return ErrClosed
+	default:
+	}
 	if len(ops) == 0 {
 		return nil
 	}
@@ -204,7 +209,7 @@ func (s *Store) flushRun(run []*request, n int64) {
 	for _, r := range run {
 		buf = append(buf, r.buf...)
 	}
-	s.groupBuf = buf
+	s.groupBuf = buf // reused: at most groupBytesMax plus one batch
 	err := s.writeDurable(head, buf, base)
 	if err == nil {
 		head.size.Store(base + n)

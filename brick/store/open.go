@@ -273,5 +273,8 @@ func (s *Store) setCapacity() error {
 	if s.reserve == 0 {
 		s.reserve = min(s.opts.SegmentBytes, s.capacity/8)
 	}
+	if s.reserve >= s.capacity {
+		return fmt.Errorf("ReserveBytes %d not below capacity %d", s.reserve, s.capacity)
+	}
 	return nil
 }

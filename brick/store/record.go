@@ -43,6 +43,9 @@ import (
 // takes the move only if the key still points at the source location
 // (index.go), so a move never undoes a newer write or a remove.
 //
+// Records are not aligned. limits.BlockBytes is part of the format too: a
+// store written with another block size is another format version.
+//
 // These constants are part of the format: never edit them; add a version.
 const (
 	recordMagic   = 0x52534c50 // "PLSR" in file byte order

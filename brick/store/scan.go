@@ -22,10 +22,6 @@ type scanResult struct {
 	dropped    int   // records after the last commit record (a torn tail)
 }
 
-func (r scanResult) clean() bool {
-	return r.gaps == 0 && r.badData == 0 && r.mismatched == 0 && r.dropped == 0
-}
-
 var magicBytes = binary.LittleEndian.AppendUint32(nil, recordMagic)
 
 // scanSegment walks b, the bytes of one segment starting at offset base,

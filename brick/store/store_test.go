@@ -9,50 +9,25 @@ import (
 	"testing"
 )
 
-func TestRoundTrip(t *testing.T) {
-	s := openT(t, t.TempDir(), Options{})
-	k := func(block, gen uint64) Key { return Key{Vol: 7, Block: block, Gen: gen} }
-	mustApply(t, s, putOp(k(1, 0), 10), putOp(k(1, 2), 11), putOp(k(2, 5), 12))
-	mustApply(t, s, Op{Kind: OpTombstone, Key: k(1, 4), Seq: 13}, putOp(Key{Vol: 3, Block: 9}, 14))
+func k7(block, gen uint64) Key { return Key{Vol: 7, Block: block, Gen: gen} }
 
+// filledStore holds vol 7: block 1 gens 0, 2 and a tombstone at 4; block 2
+// gen 5; and vol 3 block 9.
+func filledStore(t *testing.T) *Store {
+	s := openT(t, t.TempDir(), Options{})
+	mustApply(t, s, putOp(k7(1, 0), 10), putOp(k7(1, 2), 11), putOp(k7(2, 5), 12))
+	mustApply(t, s, Op{Kind: OpTombstone, Key: k7(1, 4), Seq: 13}, putOp(Key{Vol: 3, Block: 9}, 14))
+	return s
+}
+
+func TestRoundTrip(t *testing.T) {
+	s := filledStore(t)
+	k := k7
 	checkPut(t, s, k(1, 0), 10)
 	checkPut(t, s, k(1, 2), 11)
 	checkNotFound(t, s, k(1, 1))
 	if data, e, err := s.Get(k(1, 4)); err != nil || data != nil || !e.Tombstone || e.Seq != 13 {
 		t.Fatalf("Get tombstone: data %d bytes, entry %+v, err %v", len(data), e, err)
-	}
-
-	latest := []struct {
-		block, maxGen uint64
-		wantGen       uint64 // with wantSeq 0: ErrNotFound
-		wantSeq       uint64
-		tomb          bool
-	}{
-		{block: 1, maxGen: 0, wantGen: 0, wantSeq: 10},
-		{block: 1, maxGen: 1, wantGen: 0, wantSeq: 10},
-		{block: 1, maxGen: 3, wantGen: 2, wantSeq: 11},
-		{block: 1, maxGen: 4, wantGen: 4, wantSeq: 13, tomb: true},
-		{block: 1, maxGen: ^uint64(0), wantGen: 4, wantSeq: 13, tomb: true},
-		{block: 2, maxGen: 4},
-		{block: 2, maxGen: 5, wantGen: 5, wantSeq: 12},
-		{block: 3, maxGen: 100},
-	}
-	for _, c := range latest {
-		t.Run(fmt.Sprintf("latest/block=%d,max=%d", c.block, c.maxGen), func(t *testing.T) {
-			data, e, err := s.Latest(7, c.block, c.maxGen)
-			if c.wantSeq == 0 {
-				if !errors.Is(err, ErrNotFound) {
-					t.Fatalf("got %+v %v, want ErrNotFound", e, err)
-				}
-				return
-			}
-			if err != nil || e.Gen != c.wantGen || e.Seq != c.wantSeq || e.Tombstone != c.tomb {
-				t.Fatalf("got %+v %v, want gen %d seq %d tomb %v", e, err, c.wantGen, c.wantSeq, c.tomb)
-			}
-			if c.tomb != (data == nil) || (!c.tomb && string(data) != string(blockData(e.Key, e.Seq))) {
-				t.Fatalf("wrong data for %+v", e)
-			}
-		})
 	}
 
 	// Overwrite, then remove: the older gen shows through again.
@@ -81,6 +56,44 @@ func TestRoundTrip(t *testing.T) {
 	if st := s.Stats(); st.Entries != 4 || st.LiveBytes != 4*putRecordBytes {
 		t.Fatalf("Stats = %+v, want 4 entries of %d bytes", st, putRecordBytes)
 	}
+}
+
+// TestLatest: Latest returns the greatest gen <= maxGen, tombstones included.
+func TestLatest(t *testing.T) {
+	s := filledStore(t)
+	latest := []struct {
+		block, maxGen uint64
+		wantGen       uint64 // with wantSeq 0: ErrNotFound
+		wantSeq       uint64
+		tomb          bool
+	}{
+		{block: 1, maxGen: 0, wantGen: 0, wantSeq: 10},
+		{block: 1, maxGen: 1, wantGen: 0, wantSeq: 10},
+		{block: 1, maxGen: 3, wantGen: 2, wantSeq: 11},
+		{block: 1, maxGen: 4, wantGen: 4, wantSeq: 13, tomb: true},
+		{block: 1, maxGen: ^uint64(0), wantGen: 4, wantSeq: 13, tomb: true},
+		{block: 2, maxGen: 4},
+		{block: 2, maxGen: 5, wantGen: 5, wantSeq: 12},
+		{block: 3, maxGen: 100},
+	}
+	for _, c := range latest {
+		t.Run(fmt.Sprintf("block=%d,max=%d", c.block, c.maxGen), func(t *testing.T) {
+			data, e, err := s.Latest(7, c.block, c.maxGen)
+			if c.wantSeq == 0 {
+				if !errors.Is(err, ErrNotFound) {
+					t.Fatalf("got %+v %v, want ErrNotFound", e, err)
+				}
+				return
+			}
+			if err != nil || e.Gen != c.wantGen || e.Seq != c.wantSeq || e.Tombstone != c.tomb {
+				t.Fatalf("got %+v %v, want gen %d seq %d tomb %v", e, err, c.wantGen, c.wantSeq, c.tomb)
+			}
+			if c.tomb != (data == nil) || (!c.tomb && string(data) != string(blockData(e.Key, e.Seq))) {
+				t.Fatalf("wrong data for %+v", e)
+			}
+		})
+	}
+
 }
 
 func TestScanManyChunks(t *testing.T) {

@@ -1115,12 +1115,14 @@ func (*RemoveBrickResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{18}
 }
 
+// since: the PG's Since when the backfill started; primary: the reporter.
 type PGSyncedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vol           uint64                 `protobuf:"varint,1,opt,name=vol,proto3" json:"vol,omitempty"`
 	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
 	Brick         string                 `protobuf:"bytes,3,opt,name=brick,proto3" json:"brick,omitempty"`
-	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Since         uint64                 `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
+	Primary       string                 `protobuf:"bytes,5,opt,name=primary,proto3" json:"primary,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1176,11 +1178,18 @@ func (x *PGSyncedRequest) GetBrick() string {
 	return ""
 }
 
-func (x *PGSyncedRequest) GetEpoch() uint64 {
+func (x *PGSyncedRequest) GetSince() uint64 {
 	if x != nil {
-		return x.Epoch
+		return x.Since
 	}
 	return 0
+}
+
+func (x *PGSyncedRequest) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
 }
 
 type PGSyncedResponse struct {
@@ -2404,12 +2413,13 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RemoveBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05force\x18\x02 \x01(\bR\x05force\"\x15\n" +
-	"\x13RemoveBrickResponse\"_\n" +
+	"\x13RemoveBrickResponse\"y\n" +
 	"\x0fPGSyncedRequest\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
 	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x14\n" +
-	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"\x12\n" +
+	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x18\n" +
+	"\aprimary\x18\x05 \x01(\tR\aprimary\"\x12\n" +
 	"\x10PGSyncedResponse\"\x0f\n" +
 	"\rStatusRequest\"1\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
