@@ -66,6 +66,9 @@ type PG struct {
 	// backfill reports completion with the Since it started under, so a
 	// late report about an earlier membership is ignored.
 	Since uint64 `json:"since,omitempty"`
+	// Leaving lists members that leave once the PG has its full count of
+	// in-sync members without them (rebalancing onto a new brick).
+	Leaving []string `json:"leaving,omitempty"`
 }
 
 // InSync returns the members that hold every acknowledged write.
@@ -138,7 +141,7 @@ func (m *Map) Clone() *Map {
 		v.Snapshots = cloneMap(v.Snapshots)
 		v.PGs = make([]PG, len(m.Volumes[i].PGs))
 		for j, p := range m.Volumes[i].PGs {
-			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Since: p.Since}
+			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Since: p.Since, Leaving: slices.Clone(p.Leaving)}
 		}
 		c.Volumes[i] = v
 	}
@@ -285,6 +288,13 @@ func (m *Map) validateVolume(v *Volume) error {
 				return fmt.Errorf("clustermap: volume %s pg %d: syncing brick %q not a member or repeated", v.Name, i, s)
 			}
 			syncing[s] = true
+		}
+		leaving := map[string]bool{}
+		for _, s := range p.Leaving {
+			if !seen[s] || leaving[s] {
+				return fmt.Errorf("clustermap: volume %s pg %d: leaving brick %q not a member or repeated", v.Name, i, s)
+			}
+			leaving[s] = true
 		}
 		if slices.Contains(p.Syncing, p.Bricks[0]) {
 			return fmt.Errorf("clustermap: volume %s pg %d: primary %s is still syncing", v.Name, i, p.Bricks[0])

@@ -23,6 +23,9 @@ func loadOf(m *Map) load {
 	for _, v := range m.Volumes {
 		for _, p := range v.PGs {
 			for i, b := range p.Bricks {
+				if slices.Contains(p.Leaving, b) {
+					continue // on its way out: counted where it goes
+				}
 				l.replicas[b]++
 				if i == 0 {
 					l.primaries[b]++

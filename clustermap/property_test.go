@@ -209,9 +209,10 @@ func (w *world) check(prev, next *clustermap.Map) {
 			w.checkFull(next, &v, i, p)
 			if pv != nil {
 				w.checkDrainLeave(next, &v, i, pv.PGs[i], p)
-				// The primary changes only when the old one leaves the PG
-				// or drains.
-				if old := pv.PGs[i].Primary(); slices.Contains(p.Bricks, old) && p.Primary() != old && !next.Brick(old).Draining {
+				// The primary changes only when the old one leaves the PG,
+				// drains, or is moved off by rebalancing (Leaving).
+				if old := pv.PGs[i].Primary(); slices.Contains(p.Bricks, old) && p.Primary() != old && !next.Brick(old).Draining &&
+					!slices.Contains(pv.PGs[i].Leaving, old) {
 					w.fatalf("volume %s pg %d: primary %s still a member but replaced: %+v → %+v",
 						v.Name, i, old, pv.PGs[i], p)
 				}
@@ -284,15 +285,16 @@ func (w *world) checkDrainLeave(m *clustermap.Map, v *clustermap.Volume, i int, 
 		if slices.Contains(after.Bricks, b) || m.Brick(b).State != clustermap.BrickUp {
 			continue
 		}
-		if !m.Brick(b).Draining {
-			w.fatalf("volume %s pg %d: up, non-draining %s dropped: %+v → %+v", v.Name, i, b, before, after)
+		leaving := m.Brick(b).Draining || slices.Contains(before.Leaving, b)
+		if !leaving {
+			w.fatalf("volume %s pg %d: up, non-draining, non-leaving %s dropped: %+v → %+v", v.Name, i, b, before, after)
 		}
 		if slices.Contains(before.Syncing, b) {
 			continue // a draining brick that never synced may go at once
 		}
 		good := 0
 		for _, s := range after.InSync() {
-			if sb := m.Brick(s); sb.State == clustermap.BrickUp && !sb.Draining {
+			if sb := m.Brick(s); sb.State == clustermap.BrickUp && !sb.Draining && !slices.Contains(after.Leaving, s) {
 				good++
 			}
 		}

@@ -15,7 +15,12 @@ import "slices"
 //     host it does not use yet) as syncing members; the primary backfills
 //     them and reports back (MarkSynced).
 //  5. A draining brick gets replaced the same way; it leaves a PG once the
-//     PG has its full count of in-sync members without it.
+//     PG has its full count of in-sync members without it. A primary that
+//     leaves first hands the lead to the next in-sync member.
+//  6. Growth: while no more than RebalanceMovesMax PGs are syncing, a PG
+//     replica moves from the most loaded brick to the least loaded one when
+//     they differ by two or more: the new brick joins as syncing and the
+//     old one is marked leaving (it then leaves by rule 5).
 //
 // Reconcile never appoints a new primary by itself: the caller must only
 // declare a brick dead after its primary lease has run out.
@@ -32,13 +37,18 @@ func Reconcile(m *Map, alive map[string]bool) *Map {
 		}
 	}
 	l := loadOf(n)
+	touched := map[[2]int]bool{}
 	for vi := range n.Volumes {
 		v := &n.Volumes[vi]
 		for pi := range v.PGs {
 			if reconcilePG(n, l, v, pi) {
 				changed = true
+				touched[[2]int{vi, pi}] = true
 			}
 		}
+	}
+	if rebalance(n, l, touched) {
+		changed = true
 	}
 	if !changed {
 		return nil
@@ -49,9 +59,12 @@ func Reconcile(m *Map, alive map[string]bool) *Map {
 
 func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 	p := &v.PGs[pi]
-	before := PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing)}
+	before := PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Leaving: slices.Clone(p.Leaving)}
 	up := func(name string) bool { b := m.Brick(name); return b != nil && b.State == BrickUp }
-	draining := func(name string) bool { b := m.Brick(name); return b != nil && b.Draining }
+	draining := func(name string) bool {
+		b := m.Brick(name)
+		return b != nil && b.Draining || slices.Contains(p.Leaving, name)
+	}
 
 	// Rule 2: drop down members, keeping at least one in-sync member.
 	inSyncUp := 0
@@ -124,6 +137,14 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 		l.replicas[b]++
 	}
 
+	p.Leaving = slices.DeleteFunc(p.Leaving, func(s string) bool { return !slices.Contains(p.Bricks, s) })
+	if len(p.Leaving) == 0 {
+		p.Leaving = nil // encodes the same as absent
+	}
+	if len(p.Syncing) == 0 {
+		p.Syncing = nil
+	}
+
 	// Rule 3: in-sync members first, order otherwise kept.
 	ordered := p.InSync()
 	for _, b := range p.Bricks {
@@ -132,7 +153,7 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 		}
 	}
 	p.Bricks = ordered
-	if slices.Equal(before.Bricks, p.Bricks) && slices.Equal(before.Syncing, p.Syncing) {
+	if slices.Equal(before.Bricks, p.Bricks) && slices.Equal(before.Syncing, p.Syncing) && slices.Equal(before.Leaving, p.Leaving) {
 		return false
 	}
 	p.Since = m.Epoch + 1 // Reconcile's result has epoch m.Epoch+1
@@ -185,4 +206,75 @@ func PGsOn(m *Map, brick string) int {
 		}
 	}
 	return n
+}
+
+// RebalanceMovesMax bounds how many PGs may be syncing before rebalancing
+// starts another move, so growth never crowds out repair.
+const RebalanceMovesMax = 8
+
+// rebalance is rule 6. It changes n in place and reports whether it did.
+// PGs touched by rules 1-5 in this round are left alone until the next.
+func rebalance(n *Map, l load, touched map[[2]int]bool) bool {
+	syncing := 0
+	for _, v := range n.Volumes {
+		for _, p := range v.PGs {
+			if len(p.Syncing) > 0 {
+				syncing++
+			}
+		}
+	}
+	moved := false
+	for syncing < RebalanceMovesMax {
+		lo, hi := "", ""
+		for i := range n.Bricks {
+			b := &n.Bricks[i]
+			if !eligible(b) {
+				continue
+			}
+			if lo == "" || l.replicas[b.Name] < l.replicas[lo] {
+				lo = b.Name
+			}
+			if hi == "" || l.replicas[b.Name] > l.replicas[hi] {
+				hi = b.Name
+			}
+		}
+		if lo == "" || l.replicas[hi]-l.replicas[lo] < 2 || !moveOne(n, l, hi, lo, touched) {
+			return moved
+		}
+		syncing++
+		moved = true
+	}
+	return moved
+}
+
+// moveOne starts moving one calm PG replica from hi to lo.
+func moveOne(n *Map, l load, hi, lo string, touched map[[2]int]bool) bool {
+	lb := n.Brick(lo)
+	for vi := range n.Volumes {
+		v := &n.Volumes[vi]
+		for pi := range v.PGs {
+			p := &v.PGs[pi]
+			if touched[[2]int{vi, pi}] || len(p.Syncing) > 0 || len(p.Leaving) > 0 || len(p.Bricks) != v.Replicas ||
+				!slices.Contains(p.Bricks, hi) || slices.Contains(p.Bricks, lo) {
+				continue
+			}
+			fits := true
+			for _, mem := range p.Bricks {
+				if mb := n.Brick(mem); mb == nil || mb.State != BrickUp || !v.AllowSameDomain && hostOf(mb) == hostOf(lb) {
+					fits = false
+				}
+			}
+			if !fits {
+				continue
+			}
+			p.Bricks = append(p.Bricks, lo)
+			p.Syncing = append(p.Syncing, lo)
+			p.Leaving = append(p.Leaving, hi)
+			p.Since = n.Epoch + 1
+			l.replicas[lo]++
+			l.replicas[hi]--
+			return true
+		}
+	}
+	return false
 }

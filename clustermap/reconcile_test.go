@@ -42,23 +42,39 @@ func TestReconcileBrickWithoutPGs(t *testing.T) {
 	m := placed(t, 3, 3, 8)
 	m.PutBrick(brick("idle", "hx", "", ""))
 	m.Brick("idle").State = clustermap.BrickDown
-	// An idle brick coming back up is a change of state alone... but it
-	// also becomes a candidate; with full PGs it must not be added.
+	// An idle brick coming back up is marked up and, being empty, becomes
+	// the target of rebalancing (rule 6): some PGs gain it as a syncing
+	// member and mark one of their members leaving; no member is dropped.
 	n := mustReconcile(t, m, alive("b0", "b1", "b2", "idle"))
 	if n.Brick("idle").State != clustermap.BrickUp {
 		t.Fatal("idle brick not marked up")
 	}
-	if clustermap.PGsOn(n, "idle") != 0 {
-		t.Fatal("a full PG took an extra replica")
-	}
+	moved := 0
 	for i, p := range n.Volume("v").PGs {
-		if !slices.Equal(p.Bricks, m.Volume("v").PGs[i].Bricks) {
-			t.Fatalf("pg %d changed: %v → %v", i, m.Volume("v").PGs[i].Bricks, p.Bricks)
+		old := m.Volume("v").PGs[i]
+		for _, b := range old.Bricks {
+			if !slices.Contains(p.Bricks, b) {
+				t.Fatalf("pg %d dropped %s: %v → %v", i, b, old.Bricks, p.Bricks)
+			}
+		}
+		if !slices.Contains(p.Bricks, "idle") {
+			continue
+		}
+		moved++
+		if !slices.Equal(p.Syncing, []string{"idle"}) || len(p.Leaving) != 1 || p.Primary() == "idle" {
+			t.Fatalf("pg %d: move not started as syncing idle + one leaving: %+v", i, p)
 		}
 	}
+	// 24 replicas on 4 bricks: 6 each, so 6 PGs move to idle.
+	if moved != 6 {
+		t.Fatalf("%d PGs started moving to the idle brick, want 6", moved)
+	}
+	if r := clustermap.Reconcile(n, alive("b0", "b1", "b2", "idle")); r != nil {
+		t.Fatal("rebalancing did not settle in one round")
+	}
 	n2 := mustReconcile(t, n, alive("b0", "b1", "b2"))
-	if n2.Brick("idle").State != clustermap.BrickDown {
-		t.Fatal("idle brick not marked down")
+	if n2.Brick("idle").State != clustermap.BrickDown || clustermap.PGsOn(n2, "idle") != 0 {
+		t.Fatal("idle brick not marked down and dropped")
 	}
 }
 
