@@ -198,7 +198,9 @@ func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingSe
 	if err != nil {
 		return err
 	}
+	unlock := s.lockPG(pgKey{r.Vol, r.Pg}) // orders it against dropPG
 	entries, err := s.pgEntries(v, r.Pg)
+	unlock()
 	if err != nil {
 		return storeErr(err, "inventory")
 	}

@@ -126,9 +126,10 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("brick %s: register with coordinator: %w", s.cfg.Name, err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.m.Load().Epoch)
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go s.heartbeatLoop()
 	go s.usageLoop()
+	go s.orphanLoop()
 	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()
 	return nil
 }
