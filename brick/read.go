@@ -54,10 +54,11 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		if data == nil {
 			continue
 		}
+		// Inclusive ends: the last block of the space ends at 2^64-1.
 		bStart := b * limits.BlockBytes
 		from := max(bStart, r.Offset)
-		to := min(bStart+limits.BlockBytes, r.Offset+uint64(r.Length))
-		copy(out[from-r.Offset:to-r.Offset], data[from-bStart:to-bStart])
+		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(r.Length)-1)
+		copy(out[from-r.Offset:last-r.Offset+1], data[from-bStart:last-bStart+1])
 	}
 	return &pb.ReadResponse{Data: out}, nil
 }

@@ -89,7 +89,7 @@ func pgOf(m *clustermap.Map, vol uint64, pg uint32, off, n uint64) (*clustermap.
 		return nil, nil, status.Errorf(codes.InvalidArgument, "volume %s has no placement group %d", v.Name, pg)
 	}
 	if n > 0 {
-		if off+n < off {
+		if off+n-1 < off {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "range at %d length %d passes 2^64", off, n)
 		}
 		cb := uint64(v.ChunkBytes)
@@ -171,10 +171,11 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	var ops []store.Op
 	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
 	for b := lo; b < hi; b++ {
+		// Inclusive ends: the last block of the space ends at 2^64-1.
 		bStart := b * limits.BlockBytes
 		from := max(bStart, r.Offset)
-		to := min(bStart+limits.BlockBytes, r.Offset+uint64(len(r.Data)))
-		piece := r.Data[from-r.Offset : to-r.Offset]
+		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(len(r.Data))-1)
+		piece := r.Data[from-r.Offset : last-r.Offset+1]
 		var block []byte
 		if len(piece) == limits.BlockBytes {
 			block = piece

@@ -122,8 +122,15 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 // Run registers with the coordinator (retrying until ctx ends) and starts
 // heartbeats, usage counting and the cleaner.
 func (s *Server) Run(ctx context.Context) error {
-	if err := s.register(ctx); err != nil {
-		return fmt.Errorf("brick %s: register with coordinator: %w", s.cfg.Name, err)
+	for {
+		err := s.register(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("brick %s: register with coordinator: %w", s.cfg.Name, err)
+		}
+		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.m.Load().Epoch)
 	s.wg.Add(4)

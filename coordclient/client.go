@@ -83,10 +83,19 @@ func retryable(err error) bool {
 	return false
 }
 
+// GiveUpAfter bounds Call when its context has no deadline.
+const GiveUpAfter = 20 * time.Second
+
 // Call runs fn against coordinators, starting with the last one that
-// worked, until one answers or ctx ends. Unavailable coordinators and
-// elections in progress are retried with backoff.
+// worked, until one answers or ctx ends (GiveUpAfter if ctx has no
+// deadline). Unavailable coordinators and elections in progress are
+// retried with backoff.
 func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.CoordinatorClient) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, GiveUpAfter)
+		defer cancel()
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		c.mu.Lock()
@@ -110,7 +119,7 @@ func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.Co
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no coordinator of %s answered: %w (last error: %v)", strings.Join(c.addrs, ","), ctx.Err(), last)
+			return fmt.Errorf("no coordinator of %s answered (last error: %v); check that they run and that --coord is right", strings.Join(c.addrs, ","), ErrorMessage(last))
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, time.Second)

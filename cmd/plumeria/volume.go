@@ -34,6 +34,9 @@ func volumeCmd() *cobra.Command {
 	create.Flags().Uint32Var(&pgs, "pgs", 0, "placement groups (default 64)")
 	create.Flags().BoolVar(&allowSame, "allow-same-domain", false, "allow replicas on the same host")
 	create.RunE = func(cmd *cobra.Command, args []string) error {
+		if replicas < 1 {
+			return fmt.Errorf("--replicas must be at least 1")
+		}
 		cb, err := parseUint(chunk)
 		if err != nil {
 			return fmt.Errorf("--chunk-size: %w", err)
