@@ -58,6 +58,7 @@ func TestBadInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
+			c := c.sub(t)
 			timeout := cmp(tc.timeout, cliTimeout)
 			r := c.run(timeout, tc.stdin, tc.args...)
 			msg := strings.TrimSpace(string(r.stderr))
@@ -198,7 +199,7 @@ func TestDrain(t *testing.T) {
 		t.Errorf("drain returned while the volume is not fully replicated without b4: %s", volState(st, "vol"))
 	}
 	c.waitHealthy("vol", chunksOf(exts, chunkBytes), 30*time.Second)
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 
 	c.cli("brick", "remove", c.coordArg(), "b4")
 	c.waitStatus(10*time.Second, "b4 gone from the map", func(st *coord.Status) (bool, string) {
@@ -206,10 +207,10 @@ func TestDrain(t *testing.T) {
 	})
 	c.kill("b4")
 	// The data must not need b4; and it must survive one more loss.
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 	c.kill("b1")
 	c.waitBrickState("b1", "down", brickDownAfter+20*time.Second)
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 	if err := os.RemoveAll(c.proc("b4").data); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -50,20 +51,36 @@ func TestCoordinatorFailover(t *testing.T) {
 		}
 	}
 
-	// Keep writing through the failover, with small writes so that many
-	// start while there is no leader.
+	// Keep writing through the failover: small paced writes, so that many
+	// are in flight or start while there is no leader.
 	var during []*extent
-	for _, e := range sl.scattered(4 * size) {
-		e.data = e.data[:min(len(e.data), 64<<10)]
+	for range 3000 {
+		e := &extent{off: sl.next() + uint64(rng.IntN(4096)), data: make([]byte, 4096+rng.IntN(28<<10))}
+		fill(rng, e.data)
 		during = append(during, e)
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		(&writer{v: v, workers: 4}).writeUntil(ctx, during, stop)
-	}()
+	dw := &writer{v: v}
+	var next atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+				i := int(next.Add(1) - 1)
+				if i >= len(during) {
+					return
+				}
+				dw.writeOne(ctx, during[i])
+			}
+		}()
+	}
 	time.Sleep(300 * time.Millisecond) // let some writes start
 	c.kill(old)
 	killed := time.Now()
@@ -89,6 +106,9 @@ func TestCoordinatorFailover(t *testing.T) {
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
+	if next.Load() >= int64(len(during)) {
+		t.Errorf("the paced writer ran out of extents before the failover ended; the test did not write throughout it")
+	}
 	res := summarise(during)
 	t.Logf("writes during the failover: %s", res)
 	if len(res.failed) > 0 {
@@ -132,9 +152,9 @@ func TestCoordinatorFailover(t *testing.T) {
 	if res := summarise(after); len(res.failed) > 0 {
 		t.Errorf("writes to a volume created after the failover failed: %s", res)
 	}
-	verify(t, ctx, v, first)
-	verify(t, ctx, v, during)
-	verify(t, ctx, v2, after)
+	verifyWith(t, ctx, v, "", first, c.replicaDiag("vol"))
+	verifyWith(t, ctx, v, "", during, c.replicaDiag("vol"))
+	verifyWith(t, ctx, v2, "", after, c.replicaDiag("vol2"))
 
 	// The old leader comes back as a follower and the group is whole again.
 	c.restart(old)

@@ -129,6 +129,7 @@ func TestCorruptBlockRepaired(t *testing.T) {
 
 	for _, x := range []string{"b1", "b2", "b3"} {
 		t.Run("primary="+x, func(t *testing.T) {
+			c := c.sub(t)
 			off, pg := chunkLedBy(t, rng, v, func(pg clustermap.PG) bool { return pg.Primary() == x })
 			a, b := make([]byte, blockBytes), make([]byte, blockBytes)
 			fill(rng, a)
@@ -176,6 +177,7 @@ func TestCorruptBlockRepaired(t *testing.T) {
 	}
 
 	t.Run("every copy corrupt", func(t *testing.T) {
+		c := c.sub(t)
 		off, pg := chunkLedBy(t, rng, v, func(clustermap.PG) bool { return true })
 		a := make([]byte, blockBytes)
 		fill(rng, a)
@@ -204,6 +206,7 @@ func TestCorruptBlockRepaired(t *testing.T) {
 	})
 
 	t.Run("backup promoted", func(t *testing.T) {
+		c := c.sub(t)
 		// A chunk led by b1 whose second member takes over when b1 dies.
 		off, pg := chunkLedBy(t, rng, v, func(pg clustermap.PG) bool { return pg.Primary() == "b1" })
 		next := pg.Bricks[1]

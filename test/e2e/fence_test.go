@@ -48,6 +48,7 @@ func TestFencing(t *testing.T) {
 	sl := newSlots(rng)
 
 	t.Run("after fence", func(t *testing.T) {
+		c := c.sub(t)
 		v := c.open("vol", "w1")
 		ok := sl.scattered(2 << 20)
 		(&writer{v: v, workers: 4}).writeAll(ctx, ok)
@@ -110,6 +111,7 @@ func TestFencing(t *testing.T) {
 	})
 
 	t.Run("fence during writes", func(t *testing.T) {
+		c := c.sub(t)
 		v := c.open("vol", "w2")
 		var (
 			mu   sync.Mutex

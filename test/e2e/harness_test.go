@@ -36,18 +36,20 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/volume"
 )
 
-// plumeriaBin is the binary TestMain built.
-var plumeriaBin string
+// plumeriaBin is the binary TestMain built, for the CLI; serverBin runs
+// the servers (the same binary unless PLUMERIA_E2E_RACE=1).
+var plumeriaBin, serverBin string
 
 const (
 	pollInterval   = 200 * time.Millisecond
 	cliTimeout     = 60 * time.Second // one CLI call, unless the test says otherwise
 	stopTimeout    = 10 * time.Second // SIGTERM → exit, before SIGKILL
 	logTailLines   = 60
-	brickDownAfter = 4 * time.Second // limits.BrickDeadAfter, for messages
+	brickDownAfter = limits.BrickDeadAfter // a silent brick is declared down after this
 )
 
 func TestMain(m *testing.M) {
@@ -58,19 +60,33 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	plumeriaBin = filepath.Join(dir, "plumeria")
-	args := []string{"build", "-o", plumeriaBin}
+	serverBin = plumeriaBin
+	builds := [][]string{{"build", "-o", plumeriaBin, "github.com/plumeria-fs/plumeria/cmd/plumeria"}}
 	if os.Getenv("PLUMERIA_E2E_RACE") == "1" {
-		args = append(args, "-race")
+		// The CLI stays fast; only the servers pay for the race detector.
+		serverBin = filepath.Join(dir, "plumeria-race")
+		builds = append(builds, []string{"build", "-race", "-o", serverBin, "github.com/plumeria-fs/plumeria/cmd/plumeria"})
 	}
-	args = append(args, "github.com/plumeria-fs/plumeria/cmd/plumeria")
 	start := time.Now()
-	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go %s: %v\n%s", strings.Join(args, " "), err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	errs := make(chan error, len(builds))
+	for _, args := range builds {
+		go func() {
+			out, err := exec.Command("go", args...).CombinedOutput()
+			if err != nil {
+				err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+			errs <- err
+		}()
+	}
+	for range builds {
+		if err := <-errs; err != nil {
+			fmt.Fprintln(os.Stderr, "e2e:", err)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	if testing.Verbose() {
-		fmt.Printf("e2e: built %s in %v\n", plumeriaBin, time.Since(start).Round(time.Millisecond))
+		fmt.Printf("e2e: built %s in %v\n", serverBin, time.Since(start).Round(time.Millisecond))
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -151,18 +167,26 @@ func (p *proc) running() bool {
 	}
 }
 
-// cluster is a set of server processes of one test.
+// cluster is a set of server processes of one test. Subtests use sub(t)
+// so that failures and cleanups go to the right test.
 type cluster struct {
-	t     *testing.T
+	t *testing.T
+	*clusterState
+}
+
+// clusterState is what every view of a cluster shares.
+type clusterState struct {
 	dir   string
 	procs map[string]*proc
 	order []string // start order, for logs
 
 	mu         sync.Mutex
 	unexpected []string // processes that exited without being told to
-
-	clients []*coordclient.Client
+	clients    []*coordclient.Client
 }
+
+// sub returns a view of c for subtest t.
+func (c *cluster) sub(t *testing.T) *cluster { return &cluster{t: t, clusterState: c.clusterState} }
 
 // newCluster makes an empty cluster whose processes are all killed, and
 // whose logs are shown on failure, when the test ends.
@@ -175,7 +199,7 @@ func newCluster(t *testing.T) *cluster {
 			t.Fatal(err)
 		}
 	}
-	c := &cluster{t: t, dir: dir, procs: map[string]*proc{}}
+	c := &cluster{t: t, clusterState: &clusterState{dir: dir, procs: map[string]*proc{}}}
 	// Registered after t.TempDir, so it runs before the directory goes.
 	t.Cleanup(c.cleanup)
 	return c
@@ -220,6 +244,9 @@ func (c *cluster) cleanup() {
 	if t.Failed() {
 		for _, name := range c.order {
 			c.printTail(c.procs[name])
+		}
+		if p := c.procs["c1"]; p != nil {
+			t.Logf("--- brick states by map epoch (from %s's Raft log) ---\n%s", p.name, strings.Join(mapHistory(p), "\n"))
 		}
 		if os.Getenv("PLUMERIA_E2E_KEEP") == "1" {
 			t.Logf("cluster directory kept: %s", c.dir)
@@ -312,7 +339,7 @@ func (c *cluster) start(p *proc) {
 	}
 	p.starts++
 	fmt.Fprintf(f, "=== e2e: start #%d of %s at %s: plumeria %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
-	cmd := exec.Command(plumeriaBin, p.args...)
+	cmd := exec.Command(serverBin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
@@ -376,6 +403,26 @@ func (c *cluster) signal(name string, sig syscall.Signal, wait time.Duration) er
 	case <-time.After(wait):
 		return fmt.Errorf("%s did not exit within %v of %v", name, wait, sig)
 	}
+}
+
+// pause freezes a process (SIGSTOP) without killing it; resume (SIGCONT)
+// lets it run on. A paused process keeps its sockets: peers see a hang.
+func (c *cluster) pause(name string)  { c.t.Helper(); c.sendNoWait(name, syscall.SIGSTOP) }
+func (c *cluster) resume(name string) { c.t.Helper(); c.sendNoWait(name, syscall.SIGCONT) }
+
+func (c *cluster) sendNoWait(name string, sig syscall.Signal) {
+	c.t.Helper()
+	p := c.proc(name)
+	if !p.running() {
+		c.t.Fatalf("signal %v to %s: not running", sig, name)
+	}
+	p.mu.Lock()
+	err := p.cmd.Process.Signal(sig)
+	p.mu.Unlock()
+	if err != nil {
+		c.t.Fatalf("signal %v to %s: %v", sig, name, err)
+	}
+	c.logf("%s: sent %v", name, sig)
 }
 
 // restart starts a stopped process again with the same data directory.
@@ -609,7 +656,9 @@ func (c *cluster) client() *coordclient.Client {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	c.mu.Lock()
 	c.clients = append(c.clients, cl)
+	c.mu.Unlock()
 	return cl
 }
 

@@ -109,7 +109,7 @@ func TestKillBrickDuringWrites(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 }
 
 // TestKillBrickFourBricks: 4 bricks, 3 replicas; after a brick is killed
@@ -136,10 +136,20 @@ func TestKillBrickFourBricks(t *testing.T) {
 
 	c.waitBrickState(name(0), "down", brickDownAfter+20*time.Second)
 	// Healthy, and counting every chunk the acknowledged writes touched.
-	c.waitHealthy("vol", chunksOf(res.acked, chunkBytes), 2*time.Minute)
+	st := c.waitHealthy("vol", chunksOf(res.acked, chunkBytes), 2*time.Minute)
+	// The dead brick left every PG, and each survivor holds all of them.
+	for i := range 4 {
+		want := volumeOf(st, "vol").PGs
+		if i == 0 {
+			want = 0
+		}
+		if b := brickOf(st, name(i)); b == nil || b.PGs != want {
+			t.Errorf("after re-replication %s should be in %d PGs: %s", name(i), want, brickStates(st))
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 
 	// Every PG now has its three replicas on the three survivors. Kill two:
 	// the last must hold everything, including the chunks it got by backfill.
@@ -148,5 +158,5 @@ func TestKillBrickFourBricks(t *testing.T) {
 	c.waitBrickState(name(1), "down", brickDownAfter+20*time.Second)
 	c.waitBrickState(name(2), "down", brickDownAfter+20*time.Second)
 	c.logf("only %s is left", name(3))
-	verify(t, ctx, v, exts)
+	verifyWith(t, ctx, v, "", exts, c.replicaDiag("vol"))
 }

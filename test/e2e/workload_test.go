@@ -192,6 +192,20 @@ func (r results) String() string {
 // or new ones, byte by byte, and nothing else.
 func verify(t *testing.T, ctx context.Context, v *volume.Volume, exts []*extent) {
 	t.Helper()
+	verifyAt(t, ctx, v, "", exts)
+}
+
+// verifyAt is verify as of a snapshot ("" = the live volume).
+func verifyAt(t *testing.T, ctx context.Context, v *volume.Volume, snap string, exts []*extent) {
+	t.Helper()
+	verifyWith(t, ctx, v, snap, exts, nil)
+}
+
+// verifyWith is verifyAt that adds diag's explanation of the first few
+// mismatches (diag may be nil).
+func verifyWith(t *testing.T, ctx context.Context, v *volume.Volume, snap string, exts []*extent, diag diagFunc) {
+	t.Helper()
+	var diags atomic.Int64
 	const readers = 4
 	var (
 		mu       sync.Mutex
@@ -199,11 +213,16 @@ func verify(t *testing.T, ctx context.Context, v *volume.Volume, exts []*extent)
 		wg       sync.WaitGroup
 		next     atomic.Int64
 		bytesOK  atomic.Int64
+		checked  atomic.Int64
 	)
 	report := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		problems = append(problems, fmt.Sprintf(format, args...))
+	}
+	where := ""
+	if snap != "" {
+		where = " in snapshot " + snap
 	}
 	start := time.Now()
 	for range readers {
@@ -220,30 +239,35 @@ func verify(t *testing.T, ctx context.Context, v *volume.Volume, exts []*extent)
 					continue
 				}
 				got := make([]byte, len(e.data))
-				if err := v.ReadAt(ctx, got, e.off); err != nil {
-					report("read %v: %v", e, err)
+				if err := v.ReadSnapshotAt(ctx, snap, got, e.off); err != nil {
+					report("read %v%s: %v", e, where, err)
 					continue
 				}
 				if e.err == nil {
 					if d := firstDiff(got, e.data); d >= 0 {
-						report("acknowledged write %v reads back different bytes: %s", e, describeDiff(got, e.data, d))
+						extra := ""
+						if diag != nil && diags.Add(1) <= 3 {
+							extra = "\n    " + diag(e, d)
+						}
+						report("acknowledged write %v reads back different bytes%s: %s%s", e, where, describeDiff(got, e.data, d), extra)
 						continue
 					}
 				} else {
 					for j := range got {
 						if got[j] != 0 && got[j] != e.data[j] {
-							report("failed write %v: byte %d (offset %d) is %#x, neither old (0) nor new (%#x)",
-								e, j, e.off+uint64(j), got[j], e.data[j])
+							report("failed write %v%s: byte %d (offset %d) is %#x, neither old (0) nor new (%#x)",
+								e, where, j, e.off+uint64(j), got[j], e.data[j])
 							break
 						}
 					}
 				}
 				bytesOK.Add(int64(len(got)))
+				checked.Add(1)
 			}
 		}()
 	}
 	wg.Wait()
-	t.Logf("verified %d extents (%d MiB) in %v", len(exts), bytesOK.Load()>>20, time.Since(start).Round(time.Millisecond))
+	t.Logf("verified %d extents (%d MiB)%s in %v", checked.Load(), bytesOK.Load()>>20, where, time.Since(start).Round(time.Millisecond))
 	sort.Strings(problems)
 	for i, p := range problems {
 		if i == 20 {
@@ -283,6 +307,21 @@ func describeDiff(got, want []byte, d int) string {
 
 // zeroExtent makes e expect zeros (after a decommit of exactly its range).
 func zeroExtent(e *extent) { e.data = make([]byte, len(e.data)) }
+
+// expectNow copies the current expectation of acknowledged extents, for
+// a snapshot taken now; zeros lists extents not written yet.
+func expectNow(exts, zeros []*extent) []*extent {
+	var out []*extent
+	for _, e := range exts {
+		if e.done && e.err == nil {
+			out = append(out, &extent{off: e.off, data: bytes.Clone(e.data), done: true})
+		}
+	}
+	for _, e := range zeros {
+		out = append(out, &extent{off: e.off, data: make([]byte, len(e.data)), done: true})
+	}
+	return out
+}
 
 // chunksOf counts the distinct 64 KiB chunks the extents touch.
 func chunksOf(exts []*extent, chunk uint64) int64 {
