@@ -45,7 +45,7 @@ func (s *Server) startBackfills(m *clustermap.Map) {
 // stillNeeded reports whether this brick still leads k's PG and k's target
 // is still syncing.
 func (s *Server) stillNeeded(k bfKey) (*clustermap.Map, bool) {
-	m := s.m.Load()
+	m := s.latest.Load()
 	v := m.VolumeByID(k.vol)
 	if v == nil || int(k.pg) >= len(v.PGs) {
 		return m, false
@@ -120,69 +120,26 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", k.target, err)
 	}
-	stream, err := cl.Backfill(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var sent int64
-	var batch []store.Op
-	send := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		m, ok := s.stillNeeded(k)
-		if !ok {
-			return fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.pg, k.target)
-		}
-		err := stream.Send(&pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg, Primary: s.cfg.Name, Ops: toPB(batch), Horizon: horizon})
-		backfilled.Add(float64(len(batch)))
-		sent += int64(len(batch))
-		batch = batch[:0]
-		return err
-	}
+	// The keys to look at: those that differ, and those only the target has.
+	var keys []store.Key
 	for _, e := range mine {
-		if seq, ok := theirs[e.Key]; ok && seq == e.Seq {
-			delete(theirs, e.Key)
-			continue
+		if seq, ok := theirs[e.Key]; !ok || seq != e.Seq {
+			keys = append(keys, e.Key)
 		}
 		delete(theirs, e.Key)
-		data, cur, err := s.store.Get(e.Key)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // removed since the inventory; forwarding covered it
-		}
-		if errors.Is(err, store.ErrCorrupt) {
-			if data, err = s.repair(ctx, m, v, &v.PGs[k.pg], e.Key); err != nil {
-				return sent, err
-			}
-			_, cur, err = s.store.Get(e.Key)
-		}
+	}
+	for key := range theirs {
+		keys = append(keys, key)
+	}
+	var sent int64
+	for len(keys) > 0 {
+		n := min(len(keys), backfillBatchOps)
+		done, err := s.backfillBatch(ctx, k, v, keys[:n], theirs, horizon)
+		sent += done
 		if err != nil {
-			return sent, fmt.Errorf("read %v: %w", e.Key, err)
+			return sent, err
 		}
-		op := store.Op{Kind: store.OpPut, Key: e.Key, Seq: cur.Seq, Data: data}
-		if cur.Tombstone {
-			op = store.Op{Kind: store.OpTombstone, Key: e.Key, Seq: cur.Seq}
-		}
-		batch = append(batch, op)
-		if len(batch) >= backfillBatchOps {
-			if err := send(); err != nil {
-				return sent, err
-			}
-		}
-	}
-	for key, seq := range theirs { // held by the target only: stale
-		batch = append(batch, store.Op{Kind: store.OpRemove, Key: key, Seq: seq})
-		if len(batch) >= backfillBatchOps {
-			if err := send(); err != nil {
-				return sent, err
-			}
-		}
-	}
-	if err := send(); err != nil {
-		return sent, err
-	}
-	if _, err := stream.CloseAndRecv(); err != nil {
-		return sent, fmt.Errorf("backfill to %s: %s", k.target, errMsg(err))
+		keys = keys[n:]
 	}
 	select {
 	case <-s.stop:
@@ -190,6 +147,57 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	default:
 	}
 	return sent, nil
+}
+
+// backfillBatch sends the current state of keys to the target while holding
+// the PG's lock, so no write or decommit of the PG is forwarded between the
+// read of a block here and its arrival there.
+func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volume, keys []store.Key, theirs map[store.Key]uint64, horizon uint64) (int64, error) {
+	unlock := s.lockPG(k.pgKey)
+	defer unlock()
+	m, ok := s.stillNeeded(k)
+	if !ok {
+		return 0, fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.pg, k.target)
+	}
+	var ops []store.Op
+	for _, key := range keys {
+		data, cur, err := s.store.Get(key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			if seq, only := theirs[key]; only {
+				ops = append(ops, store.Op{Kind: store.OpRemove, Key: key, Seq: seq})
+			}
+			continue
+		case errors.Is(err, store.ErrCorrupt):
+			if data, err = s.repair(ctx, m, v, &v.PGs[k.pg], key); err != nil {
+				return 0, err
+			}
+			_, cur, err = s.store.Get(key)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read %v: %w", key, err)
+		}
+		op := store.Op{Kind: store.OpPut, Key: key, Seq: cur.Seq, Data: data}
+		if cur.Tombstone {
+			op = store.Op{Kind: store.OpTombstone, Key: key, Seq: cur.Seq}
+		}
+		ops = append(ops, op)
+	}
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	cl, err := s.peers.client(m, k.target)
+	if err != nil {
+		return 0, err
+	}
+	bctx, cancel := context.WithTimeout(ctx, replicateTimeout)
+	defer cancel()
+	_, err = cl.Backfill(bctx, &pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg, Primary: s.cfg.Name, Ops: toPB(ops), Horizon: horizon})
+	if err != nil {
+		return 0, fmt.Errorf("backfill to %s: %s", k.target, errMsg(err))
+	}
+	backfilled.Add(float64(len(ops)))
+	return int64(len(ops)), nil
 }
 
 func inventory(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[store.Key]uint64, error) {

@@ -57,7 +57,7 @@ func (s *Server) orphaned(m *clustermap.Map, vol uint64, pg uint32) bool {
 }
 
 func (s *Server) collectOrphans() {
-	m := s.m.Load()
+	m := s.latest.Load()
 	for _, v := range m.Volumes {
 		for pg := range v.PGs {
 			if s.orphaned(m, v.ID, uint32(pg)) {
@@ -79,7 +79,7 @@ func (s *Server) dropPG(vol uint64, pg uint32) {
 		default:
 		}
 		unlock := s.lockPG(pgKey{vol, pg})
-		m := s.m.Load()
+		m := s.latest.Load()
 		if !s.orphaned(m, vol, pg) {
 			unlock()
 			return

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sync"
 
@@ -218,26 +217,17 @@ func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingSe
 	return nil
 }
 
-// Backfill applies a primary's authoritative copies (see repl.ShouldApply).
-func (s *Server) Backfill(stream grpc.ClientStreamingServer[pb.BackfillRequest, pb.BackfillResponse]) error {
-	var applied int64
-	for {
-		r, err := stream.Recv()
-		if err == io.EOF {
-			return stream.SendAndClose(&pb.BackfillResponse{Applied: applied})
-		}
-		if err != nil {
-			return err
-		}
-		n, err := s.backfillBatch(stream.Context(), r)
-		if err != nil {
-			return err
-		}
-		applied += n
+// Backfill applies one batch of a primary's authoritative copies (see
+// repl.ShouldApply).
+func (s *Server) Backfill(ctx context.Context, r *pb.BackfillRequest) (*pb.BackfillResponse, error) {
+	n, err := s.applyBackfill(ctx, r)
+	if err != nil {
+		return nil, err
 	}
+	return &pb.BackfillResponse{Applied: n}, nil
 }
 
-func (s *Server) backfillBatch(ctx context.Context, r *pb.BackfillRequest) (int64, error) {
+func (s *Server) applyBackfill(ctx context.Context, r *pb.BackfillRequest) (int64, error) {
 	m, err := s.beginPeer(ctx, r.MapEpoch)
 	if err != nil {
 		return 0, err

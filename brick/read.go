@@ -21,7 +21,7 @@ const replicateTimeout = 5 * time.Second
 // Read serves a range within one chunk from the primary's store, as of the
 // live volume or a named snapshot.
 func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse, error) {
-	m, done, err := s.begin(ctx, r.MapEpoch)
+	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
 	}
@@ -34,6 +34,11 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		return nil, err
 	}
 	if err := s.checkPrimary(v, r.Pg, p); err != nil {
+		return nil, err
+	}
+	unlock := s.rlockPG(pgKey{r.Vol, r.Pg})
+	defer unlock()
+	if err := s.checkFault(m, v, r.Pg); err != nil {
 		return nil, err
 	}
 	gen := v.Gen
@@ -137,7 +142,7 @@ func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.F
 // blocks only the live generation uses are removed; blocks a snapshot still
 // sees are hidden by a tombstone. Partly covered blocks are zeroed.
 func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.DecommitResponse, error) {
-	m, done, err := s.begin(ctx, r.MapEpoch)
+	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +168,9 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	}
 	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
+	if err := s.checkFault(m, v, r.Pg); err != nil {
+		return nil, err
+	}
 	ops, err := s.decommitOps(ctx, m, v, r.Pg, p, r.Offset, r.Length)
 	if err != nil {
 		return nil, err

@@ -38,12 +38,20 @@ func nextSeq(last, epoch uint64) (uint64, error) { return repl.NextSeq(last, epo
 // mapMu held shared; the caller must call done. Holding mapMu makes a map
 // install wait for requests under the old map, so a fence or snapshot is in
 // force at this primary once its install returns.
-func (s *Server) begin(ctx context.Context, epoch uint64) (m *clustermap.Map, done func(), err error) {
-	if err := s.catchUp(ctx, epoch); err != nil {
+func (s *Server) begin(ctx context.Context, epoch uint64, vol uint64, pg uint32) (m *clustermap.Map, done func(), err error) {
+	if err := s.catchUpLatest(ctx, epoch); err != nil {
+		return nil, nil, err
+	}
+	// Serve under a map that knows the PG's newest configuration: backups
+	// refuse requests from a primary routed with an older one.
+	s.pgMu.Lock()
+	changed := s.pgEpoch[pgKey{vol, pg}]
+	s.pgMu.Unlock()
+	if err := s.catchUpServing(ctx, max(epoch, changed)); err != nil {
 		return nil, nil, err
 	}
 	s.mapMu.RLock()
-	return s.m.Load(), s.mapMu.RUnlock, nil
+	return s.serving.Load(), s.mapMu.RUnlock, nil
 }
 
 // beginPeer serves a request from another brick (Replicate, Backfill,
@@ -51,19 +59,10 @@ func (s *Server) begin(ctx context.Context, epoch uint64) (m *clustermap.Map, do
 // install waits for the primary must never wait for an install here in
 // turn (that cycle across two bricks would deadlock).
 func (s *Server) beginPeer(ctx context.Context, epoch uint64) (*clustermap.Map, error) {
-	if err := s.catchUp(ctx, epoch); err != nil {
+	if err := s.catchUpLatest(ctx, epoch); err != nil {
 		return nil, err
 	}
-	return s.m.Load(), nil
-}
-
-func (s *Server) catchUp(ctx context.Context, epoch uint64) error {
-	if epoch > s.m.Load().Epoch {
-		if err := s.refresh(ctx, epoch); err != nil {
-			return status.Errorf(codes.Unavailable, "brick %s: cannot fetch map epoch %d: %v", s.cfg.Name, epoch, err)
-		}
-	}
-	return nil
+	return s.latest.Load(), nil
 }
 
 // checkEpoch refuses a request routed with a map older than the last change
@@ -148,7 +147,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if len(r.Data) == 0 {
 		return &pb.WriteResponse{}, nil
 	}
-	m, done, err := s.begin(ctx, r.MapEpoch)
+	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
 	}
@@ -168,6 +167,9 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	}
 	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
+	if err := s.checkFault(m, v, r.Pg); err != nil {
+		return nil, err
+	}
 	var ops []store.Op
 	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
 	for b := lo; b < hi; b++ {
@@ -199,16 +201,22 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 }
 
 // replicate applies ops locally and on every other member, in parallel,
-// and succeeds only if all did.
+// and succeeds only if all did. A member that failed may have missed what
+// the others applied: the PG is marked faulty until the coordinator has made
+// that member syncing (it is then backfilled before it can lead).
 func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
-	errs := make(chan error, len(others)+1)
+	type result struct {
+		brick string
+		err   error
+	}
+	results := make(chan result, len(others)+1)
 	go func() {
 		if err := s.store.Apply(ctx, ops); err != nil {
-			errs <- storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))
+			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))}
 			return
 		}
-		errs <- nil
+		results <- result{}
 	}()
 	req := &pb.ReplicateRequest{MapEpoch: m.Epoch, Vol: v.ID, Pg: pg, Primary: s.cfg.Name, Writer: w, Ops: toPB(ops)}
 	for _, b := range others {
@@ -226,14 +234,25 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 				}
 				err = status.Errorf(code, "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
 			}
-			errs <- err
+			results <- result{b, err}
 		}()
 	}
 	var first error
+	var failed []string
 	for range len(others) + 1 {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		r := <-results
+		if r.err == nil {
+			continue
 		}
+		if first == nil {
+			first = r.err
+		}
+		if r.brick != s.cfg.Name && status.Code(r.err) != codes.PermissionDenied {
+			failed = append(failed, r.brick) // a fenced write is refused everywhere
+		}
+	}
+	if len(failed) > 0 {
+		s.markFault(pgKey{v.ID, pg}, p.Since, failed)
 	}
 	return first
 }

@@ -18,7 +18,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,11 +54,15 @@ type Server struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 
-	// mapMu orders map installs against requests: handlers hold it shared
-	// for their whole duration, an install holds it exclusively, so once an
-	// install returns no request still runs under the old map.
-	mapMu sync.RWMutex
-	m     atomic.Pointer[clustermap.Map]
+	// Two views of the map (see mapstate.go): latest is the newest map
+	// received, used by requests from other bricks; serving is the map the
+	// primary-side handlers run under, switched by the installer while it
+	// holds mapMu exclusively (handlers hold it shared for their duration).
+	mapMu   sync.RWMutex
+	latest  atomic.Pointer[clustermap.Map]
+	serving atomic.Pointer[clustermap.Map]
+	served  chan struct{} // closed and replaced at every install; guarded by pgMu
+	kick    chan struct{} // wakes the installer
 
 	leaseUntil atomic.Int64  // unix nanos until which this brick may act as primary
 	installed  atomic.Uint64 // every brick that may act as primary has this map epoch
@@ -67,9 +70,10 @@ type Server struct {
 	seqMu      sync.Mutex
 
 	pgMu    sync.Mutex
-	pgLock  map[pgKey]*sync.Mutex // per-PG write order at the primary
-	pgEpoch map[pgKey]uint64      // map epoch of the PG's last configuration change
-	pgLead  map[pgKey]uint64      // map epoch at which the PG's primary last changed
+	pgLock  map[pgKey]*sync.RWMutex // per-PG order: writes exclusive, reads shared
+	pgFault map[pgKey][]fault       // members that missed a change this primary applied
+	pgEpoch map[pgKey]uint64        // map epoch of the PG's last configuration change
+	pgLead  map[pgKey]uint64        // map epoch at which the PG's primary last changed
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -108,9 +112,11 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.Mutex{}, pgEpoch: map[pgKey]uint64{}, pgLead: map[pgKey]uint64{}}
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgEpoch: map[pgKey]uint64{}, pgLead: map[pgKey]uint64{},
+		pgFault: map[pgKey][]fault{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
-	s.m.Store(&clustermap.Map{})
+	s.latest.Store(&clustermap.Map{})
+	s.serving.Store(&clustermap.Map{})
 	if err := s.initSeq(); err != nil {
 		st.Close()
 		return nil, err
@@ -132,8 +138,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
-	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.m.Load().Epoch)
-	s.wg.Add(4)
+	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
+	s.wg.Add(5)
+	go s.installer()
 	go s.heartbeatLoop()
 	go s.usageLoop()
 	go s.orphanLoop()
@@ -191,63 +198,9 @@ func (s *Server) register(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.install(m)
+		s.setLatest(m)
 		return nil
 	})
-}
-
-// install makes m the brick's map if it is newer, waiting for every request
-// running under the old map to finish.
-func (s *Server) install(m *clustermap.Map) {
-	if m.Epoch <= s.m.Load().Epoch {
-		return
-	}
-	s.mapMu.Lock()
-	if old := s.m.Load(); m.Epoch > old.Epoch {
-		s.notePGChanges(old, m)
-		s.m.Store(m)
-	}
-	s.mapMu.Unlock()
-	s.startBackfills(m)
-}
-
-// notePGChanges records the epoch at which each PG's configuration last
-// changed; requests routed with an older map are refused as stale. On the
-// first install every PG counts as changed at that epoch.
-func (s *Server) notePGChanges(old, m *clustermap.Map) {
-	s.pgMu.Lock()
-	defer s.pgMu.Unlock()
-	for _, v := range m.Volumes {
-		ov := old.VolumeByID(v.ID)
-		for i, p := range v.PGs {
-			k := pgKey{v.ID, uint32(i)}
-			fresh := ov == nil || old.Epoch == 0 || i >= len(ov.PGs)
-			if fresh || !slices.Equal(ov.PGs[i].Bricks, p.Bricks) || !slices.Equal(ov.PGs[i].Syncing, p.Syncing) {
-				s.pgEpoch[k] = m.Epoch
-			}
-			if fresh || ov.PGs[i].Primary() != p.Primary() {
-				s.pgLead[k] = m.Epoch
-			}
-		}
-	}
-}
-
-// refresh fetches a map with at least epoch from the coordinator.
-func (s *Server) refresh(ctx context.Context, epoch uint64) error {
-	s.fetchMu.Lock()
-	defer s.fetchMu.Unlock()
-	if s.m.Load().Epoch >= epoch {
-		return nil
-	}
-	m, err := s.cfg.Coord.Map(ctx, epoch)
-	if err != nil {
-		return err
-	}
-	if m.Epoch < epoch {
-		return fmt.Errorf("coordinator map epoch %d is behind request epoch %d", m.Epoch, epoch)
-	}
-	s.install(m)
-	return nil
 }
 
 func (s *Server) heartbeatLoop() {
@@ -264,13 +217,14 @@ func (s *Server) heartbeatLoop() {
 	}
 }
 
-// heartbeat renews the lease. The lease counts from the moment the request
-// was sent, and is extended only after any newer map in the reply is
-// installed, so a brick never leads under a map older than its lease.
+// heartbeat renews the lease, counted from the moment the request was
+// sent. It reports the SERVING epoch: the coordinator's fences, snapshots
+// and primary hand-offs wait until every brick serves a new enough map (or
+// its lease ran out), so renewing the lease never waits for an install.
 func (s *Server) heartbeat() {
 	sent := time.Now()
 	st := s.store.Stats()
-	req := &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_BRICK, MapEpoch: s.m.Load().Epoch,
+	req := &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_BRICK, MapEpoch: s.serving.Load().Epoch,
 		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr}
 	if u := s.usage.Load(); u != nil {
 		req.Usage = *u
@@ -293,8 +247,8 @@ func (s *Server) heartbeat() {
 			s.log.Error("heartbeat: bad map from coordinator", "err", err)
 			return
 		}
-		s.install(m)
-		if s.m.Load().Brick(s.cfg.Name) == nil {
+		s.setLatest(m)
+		if s.latest.Load().Brick(s.cfg.Name) == nil {
 			// The map no longer knows this brick (removed, or a fresh
 			// cluster): announce it again.
 			_ = s.register(ctx)
@@ -323,7 +277,7 @@ func (s *Server) usageLoop() {
 }
 
 func (s *Server) countUsage() {
-	m := s.m.Load()
+	m := s.latest.Load()
 	var out []*pb.PGUsage
 	for _, v := range m.Volumes {
 		counts := map[uint32]int64{}
@@ -359,16 +313,31 @@ func (s *Server) nextSeq(epoch uint64) (uint64, error) {
 	return seq, nil
 }
 
-func (s *Server) lockPG(k pgKey) func() {
+func (s *Server) pgRW(k pgKey) *sync.RWMutex {
 	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
 	l := s.pgLock[k]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &sync.RWMutex{}
 		s.pgLock[k] = l
 	}
-	s.pgMu.Unlock()
+	return l
+}
+
+// lockPG takes the PG's lock exclusively (writes, decommits, replication,
+// backfill batches, inventories, orphan removal).
+func (s *Server) lockPG(k pgKey) func() {
+	l := s.pgRW(k)
 	l.Lock()
 	return l.Unlock
+}
+
+// rlockPG takes the PG's lock shared (reads): a read never sees a write
+// that is not yet on every replica.
+func (s *Server) rlockPG(k pgKey) func() {
+	l := s.pgRW(k)
+	l.RLock()
+	return l.RUnlock
 }
 
 var errStopped = errors.New("brick: stopping")

@@ -278,3 +278,33 @@ func moveOne(n *Map, l load, hi, lo string, touched map[[2]int]bool) bool {
 	}
 	return false
 }
+
+// MarkSyncing records that a member missed a change its primary applied
+// (reported by the primary): the member becomes syncing, so it is
+// backfilled before it counts as a replica or can lead. A member already
+// syncing gets a new Since, which voids the backfill pass under way (it
+// may have copied the block before the change) so a new pass starts. It
+// returns nil if the brick is no longer a member, and ok false if the
+// report is not from the primary.
+func MarkSyncing(m *Map, vol uint64, pg uint32, brick, reporter string) (n *Map, ok bool) {
+	v := m.VolumeByID(vol)
+	if v == nil || int(pg) >= len(v.PGs) {
+		return nil, false
+	}
+	p := v.PGs[pg]
+	if p.Primary() != reporter || brick == reporter {
+		return nil, false
+	}
+	if !slices.Contains(p.Bricks, brick) {
+		return nil, true
+	}
+	n = m.Clone()
+	np := &n.VolumeByID(vol).PGs[pg]
+	if !slices.Contains(np.Syncing, brick) {
+		np.Syncing = append(np.Syncing, brick)
+	}
+	np.Bricks = append(slices.DeleteFunc(np.Bricks, func(s string) bool { return s == brick }), brick)
+	np.Since = m.Epoch + 1
+	n.Epoch++
+	return n, true
+}

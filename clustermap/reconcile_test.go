@@ -589,3 +589,30 @@ func TestReconcileDrainingPrimaryHandsOff(t *testing.T) {
 		t.Fatalf("draining b0 never leaves pg %d: %+v", i, s.Volume("v").PGs[i])
 	}
 }
+
+func TestMarkSyncing(t *testing.T) {
+	m := pgMap(t, 3, []string{"a", "b", "c"}, clustermap.PG{Bricks: []string{"a", "b", "c"}})
+	if n, ok := clustermap.MarkSyncing(m, 1, 0, "b", "c"); ok || n != nil {
+		t.Fatal("a report from a backup was accepted")
+	}
+	n, ok := clustermap.MarkSyncing(m, 1, 0, "b", "a")
+	if !ok || n == nil {
+		t.Fatal("the primary's report was ignored")
+	}
+	mustValid(t, n) // (in sync → syncing is this function's purpose)
+	p := n.Volume("v").PGs[0]
+	if !slices.Equal(p.Bricks, []string{"a", "c", "b"}) || !slices.Equal(p.Syncing, []string{"b"}) || p.Since != n.Epoch {
+		t.Fatalf("after MarkSyncing: %+v at epoch %d", p, n.Epoch)
+	}
+	// Already syncing: a new Since voids the backfill pass under way.
+	n2, ok := clustermap.MarkSyncing(n, 1, 0, "b", "a")
+	if !ok || n2 == nil || n2.Volume("v").PGs[0].Since <= p.Since || !slices.Equal(n2.Volume("v").PGs[0].Syncing, []string{"b"}) {
+		t.Fatalf("re-marking a syncing member: %+v", n2)
+	}
+	if clustermap.MarkSynced(n2, 1, 0, "b", "a", p.Since) != nil {
+		t.Fatal("a backfill pass started before the second miss still counted")
+	}
+	if n3, ok := clustermap.MarkSyncing(n2, 1, 0, "zz", "a"); !ok || n3 != nil {
+		t.Fatal("a non-member was marked")
+	}
+}

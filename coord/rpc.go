@@ -317,3 +317,19 @@ func (s *Server) PGSynced(ctx context.Context, r *pb.PGSyncedRequest) (*pb.PGSyn
 		return &pb.PGSyncedResponse{}, err
 	}, func(cl pb.CoordinatorClient) (*pb.PGSyncedResponse, error) { return cl.PGSynced(ctx, r) })
 }
+
+func (s *Server) ReplicaFailed(ctx context.Context, r *pb.ReplicaFailedRequest) (*pb.ReplicaFailedResponse, error) {
+	return forward(s, ctx, func() (*pb.ReplicaFailedResponse, error) {
+		_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			n, ok := clustermap.MarkSyncing(m, r.Vol, r.Pg, r.Brick, r.Primary)
+			if !ok {
+				return nil, fmt.Errorf("replica failed: %s is not the primary of volume %d pg %d", r.Primary, r.Vol, r.Pg)
+			}
+			return n, nil
+		})
+		if err == nil {
+			s.log.Warn("replica missed a change; resyncing it", "vol", r.Vol, "pg", r.Pg, "brick", r.Brick)
+		}
+		return &pb.ReplicaFailedResponse{}, err
+	}, func(cl pb.CoordinatorClient) (*pb.ReplicaFailedResponse, error) { return cl.ReplicaFailed(ctx, r) })
+}

@@ -185,10 +185,12 @@ func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off 
 	if err := checkRange(off, len(p)); err != nil {
 		return err
 	}
-	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
-		if _, ok := vol.Snapshots[snap]; snap != "" && !ok {
-			return fmt.Errorf("volume %s: %w %q", v.name, ErrNoSnapshot, snap)
+	if snap != "" {
+		if err := v.knowSnapshot(ctx, snap); err != nil {
+			return err
 		}
+	}
+	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
 		pg := vol.PGOf(pc.off)
 		cl, err := v.brick(m, vol.PGs[pg].Primary())
 		if err != nil {
@@ -204,6 +206,29 @@ func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off 
 		copy(pc.buf, r.Data)
 		return nil
 	})
+}
+
+// knowSnapshot makes sure the cached map has snap, refreshing it once: the
+// snapshot may be newer than the map this client last fetched.
+func (v *Volume) knowSnapshot(ctx context.Context, snap string) error {
+	has := func() bool {
+		vol := v.Map().Volume(v.name)
+		if vol == nil {
+			return false
+		}
+		_, ok := vol.Snapshots[snap]
+		return ok
+	}
+	if has() {
+		return nil
+	}
+	if err := v.refresh(ctx, 0); err != nil {
+		return fmt.Errorf("volume %s: look up snapshot %q: %w", v.name, snap, err)
+	}
+	if !has() {
+		return fmt.Errorf("volume %s: %w %q", v.name, ErrNoSnapshot, snap)
+	}
+	return nil
 }
 
 // Decommit frees [off, off+n): it then reads as zeros; snapshots keep

@@ -120,7 +120,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32, 0}
 }
 
 type JoinRequest struct {
@@ -1228,6 +1228,110 @@ func (*PGSyncedResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
 }
 
+type ReplicaFailedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vol           uint64                 `protobuf:"varint,1,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,2,opt,name=pg,proto3" json:"pg,omitempty"`
+	Brick         string                 `protobuf:"bytes,3,opt,name=brick,proto3" json:"brick,omitempty"`
+	Primary       string                 `protobuf:"bytes,4,opt,name=primary,proto3" json:"primary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFailedRequest) Reset() {
+	*x = ReplicaFailedRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFailedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFailedRequest) ProtoMessage() {}
+
+func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFailedRequest.ProtoReflect.Descriptor instead.
+func (*ReplicaFailedRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReplicaFailedRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *ReplicaFailedRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *ReplicaFailedRequest) GetBrick() string {
+	if x != nil {
+		return x.Brick
+	}
+	return ""
+}
+
+func (x *ReplicaFailedRequest) GetPrimary() string {
+	if x != nil {
+		return x.Primary
+	}
+	return ""
+}
+
+type ReplicaFailedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicaFailedResponse) Reset() {
+	*x = ReplicaFailedResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicaFailedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicaFailedResponse) ProtoMessage() {}
+
+func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicaFailedResponse.ProtoReflect.Descriptor instead.
+func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1236,7 +1340,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1352,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1365,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusResponse struct {
@@ -1273,7 +1377,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1389,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1402,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -1319,7 +1423,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1435,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1448,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Writer) GetId() string {
@@ -1377,7 +1481,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1493,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1506,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -1455,7 +1559,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1467,7 +1571,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1480,7 +1584,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
 }
 
 type ReadRequest struct {
@@ -1497,7 +1601,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1613,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1626,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -1576,7 +1680,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1692,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1705,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -1625,7 +1729,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1741,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1754,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -1703,7 +1807,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1819,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1832,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 // One block-level change, as the store applies it.
@@ -1745,7 +1849,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1757,7 +1861,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1770,7 +1874,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -1822,7 +1926,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1938,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1951,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -1900,7 +2004,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2016,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2029,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 type InventoryRequest struct {
@@ -1939,7 +2043,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2055,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2068,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -1999,7 +2103,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2115,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2128,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2057,7 +2161,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2173,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2186,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2110,7 +2214,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2122,7 +2226,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2135,7 +2239,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2189,7 +2293,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2305,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2318,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2235,7 +2339,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2247,7 +2351,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2260,7 +2364,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -2295,7 +2399,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2411,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2424,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -2420,7 +2524,13 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x14\n" +
 	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\tR\aprimary\"\x12\n" +
-	"\x10PGSyncedResponse\"\x0f\n" +
+	"\x10PGSyncedResponse\"h\n" +
+	"\x14ReplicaFailedRequest\x12\x10\n" +
+	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
+	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x18\n" +
+	"\aprimary\x18\x04 \x01(\tR\aprimary\"\x17\n" +
+	"\x15ReplicaFailedResponse\"\x0f\n" +
 	"\rStatusRequest\"1\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
@@ -2498,7 +2608,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xbc\x06\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\x94\a\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12V\n" +
 	"\rRegisterBrick\x12!.plumeria.v1.RegisterBrickRequest\x1a\".plumeria.v1.RegisterBrickResponse\x12J\n" +
@@ -2510,15 +2620,16 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\n" +
 	"DrainBrick\x12\x1e.plumeria.v1.DrainBrickRequest\x1a\x1f.plumeria.v1.DrainBrickResponse\x12P\n" +
 	"\vRemoveBrick\x12\x1f.plumeria.v1.RemoveBrickRequest\x1a .plumeria.v1.RemoveBrickResponse\x12G\n" +
-	"\bPGSynced\x12\x1c.plumeria.v1.PGSyncedRequest\x1a\x1d.plumeria.v1.PGSyncedResponse\x12A\n" +
-	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse2\x81\x04\n" +
+	"\bPGSynced\x12\x1c.plumeria.v1.PGSyncedRequest\x1a\x1d.plumeria.v1.PGSyncedResponse\x12V\n" +
+	"\rReplicaFailed\x12!.plumeria.v1.ReplicaFailedRequest\x1a\".plumeria.v1.ReplicaFailedResponse\x12A\n" +
+	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse2\xff\x03\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
 	"\x04Read\x12\x18.plumeria.v1.ReadRequest\x1a\x19.plumeria.v1.ReadResponse\x12G\n" +
 	"\bDecommit\x12\x1c.plumeria.v1.DecommitRequest\x1a\x1d.plumeria.v1.DecommitResponse\x12J\n" +
 	"\tReplicate\x12\x1d.plumeria.v1.ReplicateRequest\x1a\x1e.plumeria.v1.ReplicateResponse\x12L\n" +
-	"\tInventory\x12\x1d.plumeria.v1.InventoryRequest\x1a\x1e.plumeria.v1.InventoryResponse0\x01\x12I\n" +
-	"\bBackfill\x12\x1c.plumeria.v1.BackfillRequest\x1a\x1d.plumeria.v1.BackfillResponse(\x01\x12M\n" +
+	"\tInventory\x12\x1d.plumeria.v1.InventoryRequest\x1a\x1e.plumeria.v1.InventoryResponse0\x01\x12G\n" +
+	"\bBackfill\x12\x1c.plumeria.v1.BackfillRequest\x1a\x1d.plumeria.v1.BackfillResponse\x12M\n" +
 	"\n" +
 	"FetchBlock\x12\x1e.plumeria.v1.FetchBlockRequest\x1a\x1f.plumeria.v1.FetchBlockResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
@@ -2535,7 +2646,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),    // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),             // 1: plumeria.v1.BlockOp.Kind
@@ -2560,38 +2671,40 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*RemoveBrickResponse)(nil),   // 20: plumeria.v1.RemoveBrickResponse
 	(*PGSyncedRequest)(nil),       // 21: plumeria.v1.PGSyncedRequest
 	(*PGSyncedResponse)(nil),      // 22: plumeria.v1.PGSyncedResponse
-	(*StatusRequest)(nil),         // 23: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),        // 24: plumeria.v1.StatusResponse
-	(*Writer)(nil),                // 25: plumeria.v1.Writer
-	(*WriteRequest)(nil),          // 26: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),         // 27: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),           // 28: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),          // 29: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),       // 30: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),      // 31: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),               // 32: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),      // 33: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 34: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),      // 35: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),        // 36: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),     // 37: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),       // 38: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),      // 39: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),     // 40: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),    // 41: plumeria.v1.FetchBlockResponse
-	nil,                           // 42: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*ReplicaFailedRequest)(nil),  // 23: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil), // 24: plumeria.v1.ReplicaFailedResponse
+	(*StatusRequest)(nil),         // 25: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),        // 26: plumeria.v1.StatusResponse
+	(*Writer)(nil),                // 27: plumeria.v1.Writer
+	(*WriteRequest)(nil),          // 28: plumeria.v1.WriteRequest
+	(*WriteResponse)(nil),         // 29: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),           // 30: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),          // 31: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),       // 32: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),      // 33: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),               // 34: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),      // 35: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 36: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),      // 37: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),        // 38: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),     // 39: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),       // 40: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),      // 41: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),     // 42: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),    // 43: plumeria.v1.FetchBlockResponse
+	nil,                           // 44: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	42, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	44, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	6,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
-	25, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	25, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	27, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	27, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 5: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	25, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	32, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	36, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	32, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	27, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	34, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	38, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	34, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 10: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 11: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
 	7,  // 12: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
@@ -2602,34 +2715,36 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	17, // 17: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
 	19, // 18: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
 	21, // 19: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	23, // 20: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	26, // 21: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	28, // 22: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	30, // 23: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	33, // 24: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	35, // 25: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	38, // 26: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	40, // 27: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 28: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 29: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	8,  // 30: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	10, // 31: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	12, // 32: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	14, // 33: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	16, // 34: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	18, // 35: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	20, // 36: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	22, // 37: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	24, // 38: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	27, // 39: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	29, // 40: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	31, // 41: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	34, // 42: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	37, // 43: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	39, // 44: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	41, // 45: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	28, // [28:46] is the sub-list for method output_type
-	10, // [10:28] is the sub-list for method input_type
+	23, // 20: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	25, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	28, // 22: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	30, // 23: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	32, // 24: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	35, // 25: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	37, // 26: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	40, // 27: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	42, // 28: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 29: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 30: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	8,  // 31: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	10, // 32: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	12, // 33: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	14, // 34: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	16, // 35: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	18, // 36: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	20, // 37: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	22, // 38: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	24, // 39: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	26, // 40: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	29, // 41: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	31, // 42: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	33, // 43: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	36, // 44: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	39, // 45: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	41, // 46: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	43, // 47: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	29, // [29:48] is the sub-list for method output_type
+	10, // [10:29] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -2646,7 +2761,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   41,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -36,6 +36,7 @@ const (
 	Coordinator_DrainBrick_FullMethodName    = "/plumeria.v1.Coordinator/DrainBrick"
 	Coordinator_RemoveBrick_FullMethodName   = "/plumeria.v1.Coordinator/RemoveBrick"
 	Coordinator_PGSynced_FullMethodName      = "/plumeria.v1.Coordinator/PGSynced"
+	Coordinator_ReplicaFailed_FullMethodName = "/plumeria.v1.Coordinator/ReplicaFailed"
 	Coordinator_Status_FullMethodName        = "/plumeria.v1.Coordinator/Status"
 )
 
@@ -59,6 +60,10 @@ type CoordinatorClient interface {
 	RemoveBrick(ctx context.Context, in *RemoveBrickRequest, opts ...grpc.CallOption) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
 	PGSynced(ctx context.Context, in *PGSyncedRequest, opts ...grpc.CallOption) (*PGSyncedResponse, error)
+	// ReplicaFailed reports that a member missed a write or decommit the primary
+	// applied; the coordinator marks it syncing so it is backfilled before it
+	// can ever lead (sent by the PG primary).
+	ReplicaFailed(ctx context.Context, in *ReplicaFailedRequest, opts ...grpc.CallOption) (*ReplicaFailedResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
@@ -170,6 +175,16 @@ func (c *coordinatorClient) PGSynced(ctx context.Context, in *PGSyncedRequest, o
 	return out, nil
 }
 
+func (c *coordinatorClient) ReplicaFailed(ctx context.Context, in *ReplicaFailedRequest, opts ...grpc.CallOption) (*ReplicaFailedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReplicaFailedResponse)
+	err := c.cc.Invoke(ctx, Coordinator_ReplicaFailed_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatusResponse)
@@ -200,6 +215,10 @@ type CoordinatorServer interface {
 	RemoveBrick(context.Context, *RemoveBrickRequest) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
 	PGSynced(context.Context, *PGSyncedRequest) (*PGSyncedResponse, error)
+	// ReplicaFailed reports that a member missed a write or decommit the primary
+	// applied; the coordinator marks it syncing so it is backfilled before it
+	// can ever lead (sent by the PG primary).
+	ReplicaFailed(context.Context, *ReplicaFailedRequest) (*ReplicaFailedResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
@@ -240,6 +259,9 @@ func (UnimplementedCoordinatorServer) RemoveBrick(context.Context, *RemoveBrickR
 }
 func (UnimplementedCoordinatorServer) PGSynced(context.Context, *PGSyncedRequest) (*PGSyncedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PGSynced not implemented")
+}
+func (UnimplementedCoordinatorServer) ReplicaFailed(context.Context, *ReplicaFailedRequest) (*ReplicaFailedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplicaFailed not implemented")
 }
 func (UnimplementedCoordinatorServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
@@ -445,6 +467,24 @@ func _Coordinator_PGSynced_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_ReplicaFailed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplicaFailedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).ReplicaFailed(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_ReplicaFailed_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).ReplicaFailed(ctx, req.(*ReplicaFailedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatusRequest)
 	if err := dec(in); err != nil {
@@ -511,6 +551,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_PGSynced_Handler,
 		},
 		{
+			MethodName: "ReplicaFailed",
+			Handler:    _Coordinator_ReplicaFailed_Handler,
+		},
+		{
 			MethodName: "Status",
 			Handler:    _Coordinator_Status_Handler,
 		},
@@ -541,7 +585,9 @@ type BrickClient interface {
 	Replicate(ctx context.Context, in *ReplicateRequest, opts ...grpc.CallOption) (*ReplicateResponse, error)
 	// Backfill: primary asks a new replica what it holds, then streams the difference.
 	Inventory(ctx context.Context, in *InventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[InventoryResponse], error)
-	Backfill(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BackfillRequest, BackfillResponse], error)
+	// Backfill applies one batch; the primary holds the PG's lock around it, so
+	// batches and forwarded writes reach the target in the primary's order.
+	Backfill(ctx context.Context, in *BackfillRequest, opts ...grpc.CallOption) (*BackfillResponse, error)
 	// FetchBlock reads one exact stored block (for read repair), verified by the sender.
 	FetchBlock(ctx context.Context, in *FetchBlockRequest, opts ...grpc.CallOption) (*FetchBlockResponse, error)
 }
@@ -613,18 +659,15 @@ func (c *brickClient) Inventory(ctx context.Context, in *InventoryRequest, opts 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Brick_InventoryClient = grpc.ServerStreamingClient[InventoryResponse]
 
-func (c *brickClient) Backfill(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[BackfillRequest, BackfillResponse], error) {
+func (c *brickClient) Backfill(ctx context.Context, in *BackfillRequest, opts ...grpc.CallOption) (*BackfillResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Brick_ServiceDesc.Streams[1], Brick_Backfill_FullMethodName, cOpts...)
+	out := new(BackfillResponse)
+	err := c.cc.Invoke(ctx, Brick_Backfill_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[BackfillRequest, BackfillResponse]{ClientStream: stream}
-	return x, nil
+	return out, nil
 }
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Brick_BackfillClient = grpc.ClientStreamingClient[BackfillRequest, BackfillResponse]
 
 func (c *brickClient) FetchBlock(ctx context.Context, in *FetchBlockRequest, opts ...grpc.CallOption) (*FetchBlockResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -648,7 +691,9 @@ type BrickServer interface {
 	Replicate(context.Context, *ReplicateRequest) (*ReplicateResponse, error)
 	// Backfill: primary asks a new replica what it holds, then streams the difference.
 	Inventory(*InventoryRequest, grpc.ServerStreamingServer[InventoryResponse]) error
-	Backfill(grpc.ClientStreamingServer[BackfillRequest, BackfillResponse]) error
+	// Backfill applies one batch; the primary holds the PG's lock around it, so
+	// batches and forwarded writes reach the target in the primary's order.
+	Backfill(context.Context, *BackfillRequest) (*BackfillResponse, error)
 	// FetchBlock reads one exact stored block (for read repair), verified by the sender.
 	FetchBlock(context.Context, *FetchBlockRequest) (*FetchBlockResponse, error)
 	mustEmbedUnimplementedBrickServer()
@@ -676,8 +721,8 @@ func (UnimplementedBrickServer) Replicate(context.Context, *ReplicateRequest) (*
 func (UnimplementedBrickServer) Inventory(*InventoryRequest, grpc.ServerStreamingServer[InventoryResponse]) error {
 	return status.Error(codes.Unimplemented, "method Inventory not implemented")
 }
-func (UnimplementedBrickServer) Backfill(grpc.ClientStreamingServer[BackfillRequest, BackfillResponse]) error {
-	return status.Error(codes.Unimplemented, "method Backfill not implemented")
+func (UnimplementedBrickServer) Backfill(context.Context, *BackfillRequest) (*BackfillResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Backfill not implemented")
 }
 func (UnimplementedBrickServer) FetchBlock(context.Context, *FetchBlockRequest) (*FetchBlockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FetchBlock not implemented")
@@ -786,12 +831,23 @@ func _Brick_Inventory_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Brick_InventoryServer = grpc.ServerStreamingServer[InventoryResponse]
 
-func _Brick_Backfill_Handler(srv interface{}, stream grpc.ServerStream) error {
-	return srv.(BrickServer).Backfill(&grpc.GenericServerStream[BackfillRequest, BackfillResponse]{ServerStream: stream})
+func _Brick_Backfill_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BackfillRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).Backfill(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_Backfill_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).Backfill(ctx, req.(*BackfillRequest))
+	}
+	return interceptor(ctx, in, info, handler)
 }
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type Brick_BackfillServer = grpc.ClientStreamingServer[BackfillRequest, BackfillResponse]
 
 func _Brick_FetchBlock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(FetchBlockRequest)
@@ -835,6 +891,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Brick_Replicate_Handler,
 		},
 		{
+			MethodName: "Backfill",
+			Handler:    _Brick_Backfill_Handler,
+		},
+		{
 			MethodName: "FetchBlock",
 			Handler:    _Brick_FetchBlock_Handler,
 		},
@@ -844,11 +904,6 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Inventory",
 			Handler:       _Brick_Inventory_Handler,
 			ServerStreams: true,
-		},
-		{
-			StreamName:    "Backfill",
-			Handler:       _Brick_Backfill_Handler,
-			ClientStreams: true,
 		},
 	},
 	Metadata: "proto/plumeria.proto",

@@ -1,0 +1,114 @@
+package brick
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// A PG is faulty at its primary when a member failed to apply a change the
+// primary (and maybe other members) applied. Until the map shows each such
+// member as syncing or gone, the primary refuses the PG's requests: a retry
+// must not succeed while a replica that may later lead lacks the change.
+
+const faultReportRetry = 200 * time.Millisecond
+
+// fault is a member that missed a change while the PG's Since was since.
+// It is resolved once the member is gone, or syncing under a newer Since
+// (a backfill pass that starts after the miss).
+type fault struct {
+	brick string
+	since uint64
+}
+
+// markFault records failed members of a PG and reports them.
+func (s *Server) markFault(k pgKey, since uint64, failed []string) {
+	s.pgMu.Lock()
+	cur := s.pgFault[k]
+	fresh := len(cur) == 0
+	for _, b := range failed {
+		if !slices.Contains(cur, fault{b, since}) {
+			cur = append(cur, fault{b, since})
+		}
+	}
+	s.pgFault[k] = cur
+	s.pgMu.Unlock()
+	if fresh {
+		s.wg.Add(1)
+		go s.reportFault(k)
+	}
+}
+
+// faultResolved reports whether every failed member of k is syncing or no
+// longer a member in m (clearing the fault if so).
+func (s *Server) faultResolved(m *clustermap.Map, k pgKey) ([]string, bool) {
+	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
+	failed := s.pgFault[k]
+	if len(failed) == 0 {
+		return nil, true
+	}
+	v := m.VolumeByID(k.vol)
+	if v == nil || int(k.pg) >= len(v.PGs) {
+		return []string{failed[0].brick}, false
+	}
+	p := v.PGs[k.pg]
+	var left []fault
+	var names []string
+	for _, f := range failed {
+		if slices.Contains(p.Bricks, f.brick) && (!slices.Contains(p.Syncing, f.brick) || p.Since <= f.since) {
+			left = append(left, f)
+			names = append(names, f.brick)
+		}
+	}
+	if len(left) == 0 {
+		delete(s.pgFault, k)
+		return nil, true
+	}
+	s.pgFault[k] = left
+	return names, false
+}
+
+// checkFault refuses requests of a faulty PG under the serving map m.
+func (s *Server) checkFault(m *clustermap.Map, v *clustermap.Volume, pg uint32) error {
+	if left, ok := s.faultResolved(m, pgKey{v.ID, pg}); !ok {
+		return status.Errorf(codes.Unavailable, "volume %s pg %d: replicas %v missed a change and are being resynced; retry", v.Name, pg, left)
+	}
+	return nil
+}
+
+// reportFault asks the coordinator to mark the failed members syncing,
+// until the serving map shows they are (or this brick no longer leads).
+func (s *Server) reportFault(k pgKey) {
+	defer s.wg.Done()
+	for {
+		m := s.serving.Load()
+		left, ok := s.faultResolved(m, k)
+		v := m.VolumeByID(k.vol)
+		if ok || v == nil || int(k.pg) >= len(v.PGs) || v.PGs[k.pg].Primary() != s.cfg.Name {
+			return
+		}
+		for _, b := range left {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+				_, err := cl.ReplicaFailed(ctx, &pb.ReplicaFailedRequest{Vol: k.vol, Pg: k.pg, Brick: b, Primary: s.cfg.Name})
+				return err
+			})
+			cancel()
+			if err != nil {
+				s.log.Warn("report failed replica", "vol", k.vol, "pg", k.pg, "brick", b, "err", err)
+			}
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(faultReportRetry):
+		}
+	}
+}
