@@ -132,7 +132,7 @@ func checkFence(m *clustermap.Map, w *pb.Writer) error {
 func storeErr(err error, what string) error {
 	switch {
 	case errors.Is(err, store.ErrNoSpace):
-		return status.Errorf(codes.ResourceExhausted, "%s: %v", what, err)
+		return status.Errorf(codes.ResourceExhausted, "%s: %v (free space on that brick, raise its --capacity, or add bricks)", what, err)
 	case errors.Is(err, store.ErrCorrupt):
 		return status.Errorf(codes.DataLoss, "%s: %v", what, err)
 	case status.Code(err) != codes.Unknown:
