@@ -30,17 +30,11 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
+	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, nil)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.checkPrimary(v, r.Pg, p); err != nil {
-		return nil, err
-	}
-	unlock := s.rlockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
-	if err := s.checkFault(m, v, r.Pg); err != nil {
-		return nil, err
-	}
 	gen := v.Gen
 	if r.Snapshot != "" {
 		g, ok := v.Snapshots[r.Snapshot]
@@ -151,26 +145,20 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
-		return nil, err
-	}
 	if r.Length == 0 {
 		return &pb.DecommitResponse{}, nil
 	}
 	if r.Offset+r.Length < r.Offset && r.Offset+r.Length != 0 {
 		return nil, status.Errorf(codes.InvalidArgument, "decommit at %d length %d passes 2^64", r.Offset, r.Length)
 	}
-	if err := s.checkPrimary(v, r.Pg, p); err != nil {
+	if r.Writer == nil {
+		return nil, status.Error(codes.InvalidArgument, "decommit without a writer id")
+	}
+	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	if err != nil {
 		return nil, err
 	}
-	if err := checkFence(m, r.Writer); err != nil {
-		return nil, err
-	}
-	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
-	if err := s.checkFault(m, v, r.Pg); err != nil {
-		return nil, err
-	}
 	ops, err := s.decommitOps(ctx, m, v, r.Pg, p, r.Offset, r.Length)
 	if err != nil {
 		return nil, err

@@ -102,6 +102,33 @@ func pgOf(m *clustermap.Map, vol uint64, pg uint32, off, n uint64) (*clustermap.
 	return v, &v.PGs[pg], nil
 }
 
+// admit runs the primary's checks for a client request on a PG, in order:
+// the PG did not change since the request's epoch, this brick leads it with
+// a lease and a settled hand-off, the writer is not fenced (w nil: a read),
+// then takes the PG's lock (exclusive for changes, shared for reads) and
+// checks the PG is not waiting for a missed replica to be resynced.
+func (s *Server) admit(m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer) (unlock func(), err error) {
+	if err := s.checkEpoch(v.ID, pg, epoch); err != nil {
+		return nil, err
+	}
+	if err := s.checkPrimary(v, pg, p); err != nil {
+		return nil, err
+	}
+	if w != nil {
+		if err := checkFence(m, w); err != nil {
+			return nil, err
+		}
+		unlock = s.lockPG(pgKey{v.ID, pg})
+	} else {
+		unlock = s.rlockPG(pgKey{v.ID, pg})
+	}
+	if err := s.checkFault(m, v, pg); err != nil {
+		unlock()
+		return nil, err
+	}
+	return unlock, nil
+}
+
 // checkPrimary refuses unless this brick leads the PG and holds a lease.
 func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
 	if p.Primary() != s.cfg.Name {
@@ -147,6 +174,9 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if len(r.Data) == 0 {
 		return &pb.WriteResponse{}, nil
 	}
+	if r.Writer == nil {
+		return nil, status.Error(codes.InvalidArgument, "write without a writer id")
+	}
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
@@ -156,20 +186,11 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkEpoch(r.Vol, r.Pg, r.MapEpoch); err != nil {
+	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.checkPrimary(v, r.Pg, p); err != nil {
-		return nil, err
-	}
-	if err := checkFence(m, r.Writer); err != nil {
-		return nil, err
-	}
-	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
-	if err := s.checkFault(m, v, r.Pg); err != nil {
-		return nil, err
-	}
 	var ops []store.Op
 	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
 	for b := lo; b < hi; b++ {
