@@ -125,6 +125,13 @@ type Map struct {
 	Volumes      []Volume          `json:"volumes,omitempty"`
 	Fences       map[string]uint64 `json:"fences,omitempty"` // writer id → lowest epoch allowed to write
 	NextVolumeID uint64            `json:"next_volume_id"`
+
+	// The lock service's part (locks.go).
+	LockServers   []LockServer      `json:"lock_servers,omitempty"` // sorted by name
+	LockGroups    []LockGroup       `json:"lock_groups,omitempty"`  // LockGroupsN once a lock server exists
+	Sessions      []Session         `json:"sessions,omitempty"`
+	FencesInForce map[string]uint64 `json:"fences_in_force,omitempty"`
+	Recovered     []RecoveredLog    `json:"recovered,omitempty"`
 }
 
 // Clone returns a deep copy that can be changed without touching m.
@@ -146,6 +153,18 @@ func (m *Map) Clone() *Map {
 		c.Volumes[i] = v
 	}
 	c.Fences = cloneMap(m.Fences)
+	c.LockServers = slices.Clone(m.LockServers)
+	c.LockGroups = slices.Clone(m.LockGroups)
+	c.Sessions = make([]Session, len(m.Sessions))
+	for i, s := range m.Sessions {
+		s.Tables = slices.Clone(s.Tables)
+		c.Sessions[i] = s
+	}
+	if m.Sessions == nil {
+		c.Sessions = nil
+	}
+	c.FencesInForce = cloneMap(m.FencesInForce)
+	c.Recovered = slices.Clone(m.Recovered)
 	return &c
 }
 
@@ -231,6 +250,9 @@ func (m *Map) Validate() error {
 		if b.State != BrickUp && b.State != BrickDown {
 			return fmt.Errorf("clustermap: brick %s: unknown state %q", b.Name, b.State)
 		}
+	}
+	if err := m.validateLocks(); err != nil {
+		return err
 	}
 	ids := map[uint64]bool{}
 	names := map[string]bool{}

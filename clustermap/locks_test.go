@@ -1,0 +1,106 @@
+package clustermap_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+)
+
+func lockLoad(m *clustermap.Map) map[string]int {
+	l := map[string]int{}
+	for _, g := range m.LockGroups {
+		l[g.Server]++
+	}
+	return l
+}
+
+func TestLockGroupsAssignBalanceAndMinimalMoves(t *testing.T) {
+	m := &clustermap.Map{NextVolumeID: 1}
+	var err error
+	for _, s := range []string{"l1", "l2", "l3"} {
+		if m, err = clustermap.PutLockServer(m, s, s+":1"); err != nil {
+			t.Fatal(err)
+		}
+		mustValid(t, m)
+	}
+	l := lockLoad(m)
+	for _, s := range []string{"l1", "l2", "l3"} {
+		if l[s] < clustermap.LockGroupsN/3 || l[s] > clustermap.LockGroupsN/3+1 {
+			t.Fatalf("unbalanced: %v", l)
+		}
+	}
+	// l2 dies: only its groups move, with a new epoch.
+	before := slices.Clone(m.LockGroups)
+	n := clustermap.AssignLockGroups(m, map[string]bool{"l1": true, "l3": true})
+	if n == nil {
+		t.Fatal("death of l2 changed nothing")
+	}
+	mustValid(t, n)
+	for i, g := range n.LockGroups {
+		switch {
+		case before[i].Server == "l2" && (g.Server == "l2" || g.Epoch != n.Epoch):
+			t.Fatalf("group %d of dead l2: %+v", i, g)
+		case before[i].Server != "l2" && g != before[i]:
+			t.Fatalf("group %d of a live server moved: %+v → %+v", i, before[i], g)
+		}
+	}
+	if n.LockServer("l2").State != clustermap.BrickDown {
+		t.Fatal("l2 not marked down")
+	}
+	if again := clustermap.AssignLockGroups(n, map[string]bool{"l1": true, "l3": true}); again != nil {
+		t.Fatal("assignment does not settle")
+	}
+	// l2 restarts: a new incarnation, and it gets a fair share back.
+	r, err := clustermap.PutLockServer(n, "l2", "l2:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustValid(t, r)
+	if got := lockLoad(r)["l2"]; got < clustermap.LockGroupsN/3 || r.LockServer("l2").Incarnation != 2 {
+		t.Fatalf("restarted l2 owns %d groups, incarnation %d", got, r.LockServer("l2").Incarnation)
+	}
+	moved := 0
+	for i := range r.LockGroups {
+		if r.LockGroups[i] != n.LockGroups[i] {
+			moved++
+		}
+	}
+	if moved > clustermap.LockGroupsN/3+1 {
+		t.Fatalf("%d groups moved for a fair share of %d", moved, clustermap.LockGroupsN/3)
+	}
+}
+
+func TestSessionsFencesAndRecovery(t *testing.T) {
+	m := &clustermap.Map{NextVolumeID: 1}
+	m1, s1, err := clustermap.OpenSession(m, "node1", []string{"vol"})
+	if err != nil || s1 != 1 {
+		t.Fatalf("first session %d, %v", s1, err)
+	}
+	mustValid(t, m1)
+	m2, s2, err := clustermap.OpenSession(m1, "node1", []string{"vol"})
+	if err != nil || s2 <= s1 || m2.FenceEpoch("node1") != s2 {
+		t.Fatalf("remount: session %d, fence %d, %v", s2, m2.FenceEpoch("node1"), err)
+	}
+	if _, err := clustermap.RecordRecovered(m2, "node1", s1, "vol"); err == nil {
+		t.Fatal("recovery recorded before the fence is in force")
+	}
+	if clustermap.MarkFenceInForce(m2, "node1", s2+1) != nil {
+		t.Fatal("a fence above the recorded one marked in force")
+	}
+	m3 := clustermap.MarkFenceInForce(m2, "node1", s2)
+	if m3 == nil || m3.FencesInForce["node1"] != s2 {
+		t.Fatal("fence not marked in force")
+	}
+	m4, err := clustermap.RecordRecovered(m3, "node1", s1, "vol")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustValid(t, m4)
+	if len(m4.Sessions) != 1 || m4.Sessions[0].Session != s2 || len(m4.Recovered) != 1 {
+		t.Fatalf("after recovery: sessions %+v recovered %+v", m4.Sessions, m4.Recovered)
+	}
+	if _, _, err := clustermap.OpenSession(m4, "bad/name", nil); err == nil {
+		t.Fatal("bad clerk name accepted")
+	}
+}
