@@ -48,6 +48,14 @@ func (s *Server) loop() {
 		}); err != nil {
 			s.log.Warn("reconcile", "err", err)
 		}
+		if _, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			if len(m.LockServers) == 0 {
+				return nil, nil
+			}
+			return clustermap.AssignLockGroups(m, s.lockServersAlive(m, time.Now())), nil
+		}); err != nil {
+			s.log.Warn("assign lock groups", "err", err)
+		}
 	}
 }
 

@@ -195,8 +195,8 @@ func (s *Server) Fence(ctx context.Context, r *pb.FenceRequest) (*pb.FenceRespon
 		if err != nil {
 			return nil, err
 		}
-		if pending := s.waitInstalled(m.Epoch, limits.FenceWaitMax); len(pending) > 0 {
-			return nil, status.Errorf(codes.DeadlineExceeded, "fence of %s recorded at map epoch %d, but bricks %v have not confirmed it yet; retry", r.Writer, m.Epoch, pending)
+		if err := s.fenceInForce(r.Writer, m.FenceEpoch(r.Writer), m.Epoch); err != nil {
+			return nil, status.Error(codes.DeadlineExceeded, err.Error())
 		}
 		s.log.Info("writer fenced", "writer", r.Writer, "epoch", m.FenceEpoch(r.Writer))
 		return &pb.FenceResponse{Epoch: m.FenceEpoch(r.Writer)}, nil

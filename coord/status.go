@@ -18,13 +18,23 @@ const StatusVersion = 1
 // Status is what `plumeria status --json` prints. Documented in docs/status-json.md;
 // add fields freely, but renaming or removing one needs a new StatusVersion.
 type Status struct {
-	Version      int                 `json:"version"`
-	MapEpoch     uint64              `json:"map_epoch"`
-	Leader       string              `json:"leader"`
-	Coordinators []CoordinatorStatus `json:"coordinators"`
-	Bricks       []BrickStatus       `json:"bricks"`
-	Volumes      []VolumeStatus      `json:"volumes"`
-	Fences       map[string]uint64   `json:"fences,omitempty"`
+	Version      int                  `json:"version"`
+	MapEpoch     uint64               `json:"map_epoch"`
+	Leader       string               `json:"leader"`
+	Coordinators []CoordinatorStatus  `json:"coordinators"`
+	Bricks       []BrickStatus        `json:"bricks"`
+	Volumes      []VolumeStatus       `json:"volumes"`
+	Fences       map[string]uint64    `json:"fences,omitempty"`
+	LockServers  []LockServerStatus   `json:"lock_servers,omitempty"`
+	Sessions     []clustermap.Session `json:"sessions,omitempty"`
+}
+
+type LockServerStatus struct {
+	Name     string `json:"name"`
+	Addr     string `json:"addr"`
+	State    string `json:"state"` // "up" or "down"
+	Groups   int    `json:"groups"`
+	LastSeen int64  `json:"last_seen_ms_ago"`
 }
 
 type CoordinatorStatus struct {
@@ -99,6 +109,16 @@ func (s *Server) status(now time.Time) Status {
 			Domain: b.Domain, UsedBytes: u.used, CapacityBytes: max(u.capacity, b.CapacityBytes),
 			PGs: clustermap.PGsOn(m, b.Name), LastSeen: msAgo(s.mu.seen, b.Name, now)})
 	}
+	for _, l := range m.LockServers {
+		ls := LockServerStatus{Name: l.Name, Addr: l.Addr, State: string(l.State), LastSeen: msAgo(s.mu.seen, l.Name, now)}
+		for _, g := range m.LockGroups {
+			if g.Server == l.Name {
+				ls.Groups++
+			}
+		}
+		st.LockServers = append(st.LockServers, ls)
+	}
+	st.Sessions = m.Sessions
 	for _, v := range m.Volumes {
 		vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen}
 		for i, p := range v.PGs {

@@ -33,6 +33,7 @@ type HeartbeatRequest_Kind int32
 const (
 	HeartbeatRequest_BRICK       HeartbeatRequest_Kind = 0
 	HeartbeatRequest_COORDINATOR HeartbeatRequest_Kind = 1
+	HeartbeatRequest_LOCK_SERVER HeartbeatRequest_Kind = 2
 )
 
 // Enum value maps for HeartbeatRequest_Kind.
@@ -40,10 +41,12 @@ var (
 	HeartbeatRequest_Kind_name = map[int32]string{
 		0: "BRICK",
 		1: "COORDINATOR",
+		2: "LOCK_SERVER",
 	}
 	HeartbeatRequest_Kind_value = map[string]int32{
 		"BRICK":       0,
 		"COORDINATOR": 1,
+		"LOCK_SERVER": 2,
 	}
 )
 
@@ -120,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38, 0}
 }
 
 type JoinRequest struct {
@@ -1332,6 +1335,294 @@ func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
 }
 
+type RegisterLockServerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterLockServerRequest) Reset() {
+	*x = RegisterLockServerRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterLockServerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterLockServerRequest) ProtoMessage() {}
+
+func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterLockServerRequest.ProtoReflect.Descriptor instead.
+func (*RegisterLockServerRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RegisterLockServerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *RegisterLockServerRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+type RegisterLockServerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapJson       []byte                 `protobuf:"bytes,1,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterLockServerResponse) Reset() {
+	*x = RegisterLockServerResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterLockServerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterLockServerResponse) ProtoMessage() {}
+
+func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterLockServerResponse.ProtoReflect.Descriptor instead.
+func (*RegisterLockServerResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *RegisterLockServerResponse) GetMapJson() []byte {
+	if x != nil {
+		return x.MapJson
+	}
+	return nil
+}
+
+type OpenSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clerk         string                 `protobuf:"bytes,1,opt,name=clerk,proto3" json:"clerk,omitempty"`
+	Tables        []string               `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionRequest) Reset() {
+	*x = OpenSessionRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionRequest) ProtoMessage() {}
+
+func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
+func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *OpenSessionRequest) GetClerk() string {
+	if x != nil {
+		return x.Clerk
+	}
+	return ""
+}
+
+func (x *OpenSessionRequest) GetTables() []string {
+	if x != nil {
+		return x.Tables
+	}
+	return nil
+}
+
+type OpenSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       uint64                 `protobuf:"varint,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenSessionResponse) Reset() {
+	*x = OpenSessionResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenSessionResponse) ProtoMessage() {}
+
+func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
+func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *OpenSessionResponse) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+type RecordRecoveredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clerk         string                 `protobuf:"bytes,1,opt,name=clerk,proto3" json:"clerk,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Table         string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRecoveredRequest) Reset() {
+	*x = RecordRecoveredRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRecoveredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRecoveredRequest) ProtoMessage() {}
+
+func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRecoveredRequest.ProtoReflect.Descriptor instead.
+func (*RecordRecoveredRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *RecordRecoveredRequest) GetClerk() string {
+	if x != nil {
+		return x.Clerk
+	}
+	return ""
+}
+
+func (x *RecordRecoveredRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *RecordRecoveredRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type RecordRecoveredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRecoveredResponse) Reset() {
+	*x = RecordRecoveredResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRecoveredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRecoveredResponse) ProtoMessage() {}
+
+func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRecoveredResponse.ProtoReflect.Descriptor instead.
+func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1340,7 +1631,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1643,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1656,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
 }
 
 type StatusResponse struct {
@@ -1377,7 +1668,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1389,7 +1680,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1402,7 +1693,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -1423,7 +1714,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1726,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1739,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Writer) GetId() string {
@@ -1481,7 +1772,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1493,7 +1784,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1506,7 +1797,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -1559,7 +1850,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1862,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1875,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 type ReadRequest struct {
@@ -1601,7 +1892,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1904,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1917,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -1680,7 +1971,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1983,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1996,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -1729,7 +2020,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1741,7 +2032,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1754,7 +2045,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -1807,7 +2098,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +2110,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +2123,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 // One block-level change, as the store applies it.
@@ -1849,7 +2140,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2152,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2165,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -1926,7 +2217,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1938,7 +2229,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1951,7 +2242,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2004,7 +2295,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2307,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2320,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 type InventoryRequest struct {
@@ -2043,7 +2334,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2055,7 +2346,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2068,7 +2359,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2103,7 +2394,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2406,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2419,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2161,7 +2452,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2173,7 +2464,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2186,7 +2477,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2214,7 +2505,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2226,7 +2517,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2239,7 +2530,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2293,7 +2584,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2596,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2609,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2339,7 +2630,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2642,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2655,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -2399,7 +2690,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2702,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2715,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -2470,7 +2761,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\aPGUsage\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xa5\x02\n" +
+	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xb6\x02\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".plumeria.v1.HeartbeatRequest.KindR\x04kind\x12\x1b\n" +
@@ -2479,10 +2770,11 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"used_bytes\x18\x04 \x01(\x03R\tusedBytes\x12%\n" +
 	"\x0ecapacity_bytes\x18\x05 \x01(\x03R\rcapacityBytes\x12*\n" +
 	"\x05usage\x18\x06 \x03(\v2\x14.plumeria.v1.PGUsageR\x05usage\x12\x12\n" +
-	"\x04addr\x18\a \x01(\tR\x04addr\"\"\n" +
+	"\x04addr\x18\a \x01(\tR\x04addr\"3\n" +
 	"\x04Kind\x12\t\n" +
 	"\x05BRICK\x10\x00\x12\x0f\n" +
-	"\vCOORDINATOR\x10\x01\"r\n" +
+	"\vCOORDINATOR\x10\x01\x12\x0f\n" +
+	"\vLOCK_SERVER\x10\x02\"r\n" +
 	"\x11HeartbeatResponse\x12\x19\n" +
 	"\bmap_json\x18\x01 \x01(\fR\amapJson\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12'\n" +
@@ -2530,7 +2822,22 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
 	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x18\n" +
 	"\aprimary\x18\x04 \x01(\tR\aprimary\"\x17\n" +
-	"\x15ReplicaFailedResponse\"\x0f\n" +
+	"\x15ReplicaFailedResponse\"C\n" +
+	"\x19RegisterLockServerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x02 \x01(\tR\x04addr\"7\n" +
+	"\x1aRegisterLockServerResponse\x12\x19\n" +
+	"\bmap_json\x18\x01 \x01(\fR\amapJson\"B\n" +
+	"\x12OpenSessionRequest\x12\x14\n" +
+	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x16\n" +
+	"\x06tables\x18\x02 \x03(\tR\x06tables\"/\n" +
+	"\x13OpenSessionResponse\x12\x18\n" +
+	"\asession\x18\x01 \x01(\x04R\asession\"^\n" +
+	"\x16RecordRecoveredRequest\x12\x14\n" +
+	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\"\x19\n" +
+	"\x17RecordRecoveredResponse\"\x0f\n" +
 	"\rStatusRequest\"1\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
@@ -2608,7 +2915,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\x94\a\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xab\t\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12V\n" +
 	"\rRegisterBrick\x12!.plumeria.v1.RegisterBrickRequest\x1a\".plumeria.v1.RegisterBrickResponse\x12J\n" +
@@ -2622,7 +2929,10 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vRemoveBrick\x12\x1f.plumeria.v1.RemoveBrickRequest\x1a .plumeria.v1.RemoveBrickResponse\x12G\n" +
 	"\bPGSynced\x12\x1c.plumeria.v1.PGSyncedRequest\x1a\x1d.plumeria.v1.PGSyncedResponse\x12V\n" +
 	"\rReplicaFailed\x12!.plumeria.v1.ReplicaFailedRequest\x1a\".plumeria.v1.ReplicaFailedResponse\x12A\n" +
-	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse2\xff\x03\n" +
+	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12e\n" +
+	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
+	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
+	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse2\xff\x03\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
 	"\x04Read\x12\x18.plumeria.v1.ReadRequest\x1a\x19.plumeria.v1.ReadResponse\x12G\n" +
@@ -2646,65 +2956,71 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_proto_plumeria_proto_goTypes = []any{
-	(HeartbeatRequest_Kind)(0),    // 0: plumeria.v1.HeartbeatRequest.Kind
-	(BlockOp_Kind)(0),             // 1: plumeria.v1.BlockOp.Kind
-	(*JoinRequest)(nil),           // 2: plumeria.v1.JoinRequest
-	(*JoinResponse)(nil),          // 3: plumeria.v1.JoinResponse
-	(*RegisterBrickRequest)(nil),  // 4: plumeria.v1.RegisterBrickRequest
-	(*RegisterBrickResponse)(nil), // 5: plumeria.v1.RegisterBrickResponse
-	(*PGUsage)(nil),               // 6: plumeria.v1.PGUsage
-	(*HeartbeatRequest)(nil),      // 7: plumeria.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),     // 8: plumeria.v1.HeartbeatResponse
-	(*GetMapRequest)(nil),         // 9: plumeria.v1.GetMapRequest
-	(*GetMapResponse)(nil),        // 10: plumeria.v1.GetMapResponse
-	(*CreateVolumeRequest)(nil),   // 11: plumeria.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),  // 12: plumeria.v1.CreateVolumeResponse
-	(*FenceRequest)(nil),          // 13: plumeria.v1.FenceRequest
-	(*FenceResponse)(nil),         // 14: plumeria.v1.FenceResponse
-	(*SnapshotRequest)(nil),       // 15: plumeria.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),      // 16: plumeria.v1.SnapshotResponse
-	(*DrainBrickRequest)(nil),     // 17: plumeria.v1.DrainBrickRequest
-	(*DrainBrickResponse)(nil),    // 18: plumeria.v1.DrainBrickResponse
-	(*RemoveBrickRequest)(nil),    // 19: plumeria.v1.RemoveBrickRequest
-	(*RemoveBrickResponse)(nil),   // 20: plumeria.v1.RemoveBrickResponse
-	(*PGSyncedRequest)(nil),       // 21: plumeria.v1.PGSyncedRequest
-	(*PGSyncedResponse)(nil),      // 22: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),  // 23: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil), // 24: plumeria.v1.ReplicaFailedResponse
-	(*StatusRequest)(nil),         // 25: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),        // 26: plumeria.v1.StatusResponse
-	(*Writer)(nil),                // 27: plumeria.v1.Writer
-	(*WriteRequest)(nil),          // 28: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),         // 29: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),           // 30: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),          // 31: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),       // 32: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),      // 33: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),               // 34: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),      // 35: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 36: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),      // 37: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),        // 38: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),     // 39: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),       // 40: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),      // 41: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),     // 42: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),    // 43: plumeria.v1.FetchBlockResponse
-	nil,                           // 44: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
+	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
+	(*JoinRequest)(nil),                // 2: plumeria.v1.JoinRequest
+	(*JoinResponse)(nil),               // 3: plumeria.v1.JoinResponse
+	(*RegisterBrickRequest)(nil),       // 4: plumeria.v1.RegisterBrickRequest
+	(*RegisterBrickResponse)(nil),      // 5: plumeria.v1.RegisterBrickResponse
+	(*PGUsage)(nil),                    // 6: plumeria.v1.PGUsage
+	(*HeartbeatRequest)(nil),           // 7: plumeria.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),          // 8: plumeria.v1.HeartbeatResponse
+	(*GetMapRequest)(nil),              // 9: plumeria.v1.GetMapRequest
+	(*GetMapResponse)(nil),             // 10: plumeria.v1.GetMapResponse
+	(*CreateVolumeRequest)(nil),        // 11: plumeria.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),       // 12: plumeria.v1.CreateVolumeResponse
+	(*FenceRequest)(nil),               // 13: plumeria.v1.FenceRequest
+	(*FenceResponse)(nil),              // 14: plumeria.v1.FenceResponse
+	(*SnapshotRequest)(nil),            // 15: plumeria.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 16: plumeria.v1.SnapshotResponse
+	(*DrainBrickRequest)(nil),          // 17: plumeria.v1.DrainBrickRequest
+	(*DrainBrickResponse)(nil),         // 18: plumeria.v1.DrainBrickResponse
+	(*RemoveBrickRequest)(nil),         // 19: plumeria.v1.RemoveBrickRequest
+	(*RemoveBrickResponse)(nil),        // 20: plumeria.v1.RemoveBrickResponse
+	(*PGSyncedRequest)(nil),            // 21: plumeria.v1.PGSyncedRequest
+	(*PGSyncedResponse)(nil),           // 22: plumeria.v1.PGSyncedResponse
+	(*ReplicaFailedRequest)(nil),       // 23: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),      // 24: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),  // 25: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil), // 26: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),         // 27: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),        // 28: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),     // 29: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),    // 30: plumeria.v1.RecordRecoveredResponse
+	(*StatusRequest)(nil),              // 31: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),             // 32: plumeria.v1.StatusResponse
+	(*Writer)(nil),                     // 33: plumeria.v1.Writer
+	(*WriteRequest)(nil),               // 34: plumeria.v1.WriteRequest
+	(*WriteResponse)(nil),              // 35: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                // 36: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),               // 37: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),            // 38: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),           // 39: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                    // 40: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),           // 41: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 42: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),           // 43: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),             // 44: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),          // 45: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),            // 46: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),           // 47: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),          // 48: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),         // 49: plumeria.v1.FetchBlockResponse
+	nil,                                // 50: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	44, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	50, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	6,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
-	27, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	27, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	33, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	33, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 5: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	27, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	34, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	38, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	34, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	33, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	40, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	44, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	40, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 10: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 11: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
 	7,  // 12: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
@@ -2716,35 +3032,41 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	19, // 18: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
 	21, // 19: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
 	23, // 20: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	25, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	28, // 22: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	30, // 23: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	32, // 24: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	35, // 25: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	37, // 26: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	40, // 27: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	42, // 28: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 29: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 30: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	8,  // 31: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	10, // 32: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	12, // 33: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	14, // 34: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	16, // 35: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	18, // 36: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	20, // 37: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	22, // 38: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	24, // 39: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	26, // 40: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	29, // 41: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	31, // 42: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	33, // 43: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	36, // 44: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	39, // 45: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	41, // 46: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	43, // 47: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	29, // [29:48] is the sub-list for method output_type
-	10, // [10:29] is the sub-list for method input_type
+	31, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	25, // 22: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	27, // 23: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	29, // 24: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	34, // 25: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	36, // 26: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	38, // 27: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	41, // 28: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	43, // 29: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	46, // 30: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	48, // 31: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 32: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 33: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	8,  // 34: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	10, // 35: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	12, // 36: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	14, // 37: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	16, // 38: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	18, // 39: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	20, // 40: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	22, // 41: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	24, // 42: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	32, // 43: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	26, // 44: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	28, // 45: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	30, // 46: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	35, // 47: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	37, // 48: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	39, // 49: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	42, // 50: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	45, // 51: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	47, // 52: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	49, // 53: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	32, // [32:54] is the sub-list for method output_type
+	10, // [10:32] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -2761,7 +3083,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   43,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -26,18 +26,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_Join_FullMethodName          = "/plumeria.v1.Coordinator/Join"
-	Coordinator_RegisterBrick_FullMethodName = "/plumeria.v1.Coordinator/RegisterBrick"
-	Coordinator_Heartbeat_FullMethodName     = "/plumeria.v1.Coordinator/Heartbeat"
-	Coordinator_GetMap_FullMethodName        = "/plumeria.v1.Coordinator/GetMap"
-	Coordinator_CreateVolume_FullMethodName  = "/plumeria.v1.Coordinator/CreateVolume"
-	Coordinator_Fence_FullMethodName         = "/plumeria.v1.Coordinator/Fence"
-	Coordinator_Snapshot_FullMethodName      = "/plumeria.v1.Coordinator/Snapshot"
-	Coordinator_DrainBrick_FullMethodName    = "/plumeria.v1.Coordinator/DrainBrick"
-	Coordinator_RemoveBrick_FullMethodName   = "/plumeria.v1.Coordinator/RemoveBrick"
-	Coordinator_PGSynced_FullMethodName      = "/plumeria.v1.Coordinator/PGSynced"
-	Coordinator_ReplicaFailed_FullMethodName = "/plumeria.v1.Coordinator/ReplicaFailed"
-	Coordinator_Status_FullMethodName        = "/plumeria.v1.Coordinator/Status"
+	Coordinator_Join_FullMethodName               = "/plumeria.v1.Coordinator/Join"
+	Coordinator_RegisterBrick_FullMethodName      = "/plumeria.v1.Coordinator/RegisterBrick"
+	Coordinator_Heartbeat_FullMethodName          = "/plumeria.v1.Coordinator/Heartbeat"
+	Coordinator_GetMap_FullMethodName             = "/plumeria.v1.Coordinator/GetMap"
+	Coordinator_CreateVolume_FullMethodName       = "/plumeria.v1.Coordinator/CreateVolume"
+	Coordinator_Fence_FullMethodName              = "/plumeria.v1.Coordinator/Fence"
+	Coordinator_Snapshot_FullMethodName           = "/plumeria.v1.Coordinator/Snapshot"
+	Coordinator_DrainBrick_FullMethodName         = "/plumeria.v1.Coordinator/DrainBrick"
+	Coordinator_RemoveBrick_FullMethodName        = "/plumeria.v1.Coordinator/RemoveBrick"
+	Coordinator_PGSynced_FullMethodName           = "/plumeria.v1.Coordinator/PGSynced"
+	Coordinator_ReplicaFailed_FullMethodName      = "/plumeria.v1.Coordinator/ReplicaFailed"
+	Coordinator_Status_FullMethodName             = "/plumeria.v1.Coordinator/Status"
+	Coordinator_RegisterLockServer_FullMethodName = "/plumeria.v1.Coordinator/RegisterLockServer"
+	Coordinator_OpenSession_FullMethodName        = "/plumeria.v1.Coordinator/OpenSession"
+	Coordinator_RecordRecovered_FullMethodName    = "/plumeria.v1.Coordinator/RecordRecovered"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -65,6 +68,14 @@ type CoordinatorClient interface {
 	// can ever lead (sent by the PG primary).
 	ReplicaFailed(ctx context.Context, in *ReplicaFailedRequest, opts ...grpc.CallOption) (*ReplicaFailedResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Lock service (issue B). A lock server registers (each time it starts:
+	// its groups get fresh epochs), then heartbeats with kind LOCK_SERVER.
+	RegisterLockServer(ctx context.Context, in *RegisterLockServerRequest, opts ...grpc.CallOption) (*RegisterLockServerResponse, error)
+	// OpenSession registers a new mounted session of a clerk (fs node) with its
+	// tables, fencing the clerk's older sessions; returns once the fence is in force.
+	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error)
+	// RecordRecovered records that a dead clerk's log is recovered in a table.
+	RecordRecovered(ctx context.Context, in *RecordRecoveredRequest, opts ...grpc.CallOption) (*RecordRecoveredResponse, error)
 }
 
 type coordinatorClient struct {
@@ -195,6 +206,36 @@ func (c *coordinatorClient) Status(ctx context.Context, in *StatusRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) RegisterLockServer(ctx context.Context, in *RegisterLockServerRequest, opts ...grpc.CallOption) (*RegisterLockServerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RegisterLockServerResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RegisterLockServer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_OpenSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RecordRecovered(ctx context.Context, in *RecordRecoveredRequest, opts ...grpc.CallOption) (*RecordRecoveredResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RecordRecoveredResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RecordRecovered_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -220,6 +261,14 @@ type CoordinatorServer interface {
 	// can ever lead (sent by the PG primary).
 	ReplicaFailed(context.Context, *ReplicaFailedRequest) (*ReplicaFailedResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Lock service (issue B). A lock server registers (each time it starts:
+	// its groups get fresh epochs), then heartbeats with kind LOCK_SERVER.
+	RegisterLockServer(context.Context, *RegisterLockServerRequest) (*RegisterLockServerResponse, error)
+	// OpenSession registers a new mounted session of a clerk (fs node) with its
+	// tables, fencing the clerk's older sessions; returns once the fence is in force.
+	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error)
+	// RecordRecovered records that a dead clerk's log is recovered in a table.
+	RecordRecovered(context.Context, *RecordRecoveredRequest) (*RecordRecoveredResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -265,6 +314,15 @@ func (UnimplementedCoordinatorServer) ReplicaFailed(context.Context, *ReplicaFai
 }
 func (UnimplementedCoordinatorServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedCoordinatorServer) RegisterLockServer(context.Context, *RegisterLockServerRequest) (*RegisterLockServerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterLockServer not implemented")
+}
+func (UnimplementedCoordinatorServer) OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method OpenSession not implemented")
+}
+func (UnimplementedCoordinatorServer) RecordRecovered(context.Context, *RecordRecoveredRequest) (*RecordRecoveredResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecordRecovered not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -503,6 +561,60 @@ func _Coordinator_Status_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_RegisterLockServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterLockServerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RegisterLockServer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RegisterLockServer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RegisterLockServer(ctx, req.(*RegisterLockServerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_OpenSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).OpenSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_OpenSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).OpenSession(ctx, req.(*OpenSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RecordRecovered_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecordRecoveredRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RecordRecovered(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RecordRecovered_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RecordRecovered(ctx, req.(*RecordRecoveredRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -557,6 +669,18 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Coordinator_Status_Handler,
+		},
+		{
+			MethodName: "RegisterLockServer",
+			Handler:    _Coordinator_RegisterLockServer_Handler,
+		},
+		{
+			MethodName: "OpenSession",
+			Handler:    _Coordinator_OpenSession_Handler,
+		},
+		{
+			MethodName: "RecordRecovered",
+			Handler:    _Coordinator_RecordRecovered_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
