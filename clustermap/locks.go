@@ -35,6 +35,7 @@ type LockServer struct {
 // got the group.
 type LockGroup struct {
 	Server string `json:"server,omitempty"`
+	Prev   string `json:"prev,omitempty"` // while Server is "": the owner it is taken from
 	Epoch  uint64 `json:"epoch,omitempty"`
 }
 
@@ -83,7 +84,7 @@ func PutLockServer(m *Map, name, addr string) (*Map, error) {
 			n.LockGroups[i].Epoch = m.Epoch + 1
 		}
 	}
-	if r := AssignLockGroups(n, lockServersUp(n)); r != nil {
+	if r := AssignLockGroups(n, lockServersUp(n), nil); r != nil {
 		return r, nil // epoch m.Epoch+1, like n
 	}
 	n.Epoch++
@@ -100,13 +101,16 @@ func lockServersUp(m *Map) map[string]bool {
 	return up
 }
 
-// AssignLockGroups marks lock servers up or down by alive, gives the groups
-// of down servers (and unassigned ones) to the least loaded up servers, and
-// evens the load to within one group with as few moves as possible. A moved
-// group gets the new map's epoch. The caller declares a server dead only
-// after its ownership lease ran out, so two owners never overlap. Returns
-// nil when nothing changes.
-func AssignLockGroups(m *Map, alive map[string]bool) *Map {
+// AssignLockGroups marks lock servers up or down by alive and moves lock
+// groups so that every group has a live owner and loads differ by at most
+// one. A group never goes straight from one live server to another: it is
+// first taken away (Server "", Prev the old owner, a new epoch), and given
+// to its new owner only once the old one has installed that map
+// (installed[Prev] >= Epoch) or is down (the caller declares a server down
+// only after its ownership lease ran out). Groups of down servers move at
+// once. A group that gets a new owner gets the new map's epoch. Returns nil
+// when nothing changes.
+func AssignLockGroups(m *Map, alive map[string]bool, installed map[string]uint64) *Map {
 	n := m.Clone()
 	changed := false
 	for i := range n.LockServers {
@@ -121,14 +125,7 @@ func AssignLockGroups(m *Map, alive map[string]bool) *Map {
 			up = append(up, s.Name)
 		}
 	}
-	if len(up) == 0 {
-		if !changed {
-			return nil
-		}
-		n.Epoch++
-		return n
-	}
-	if len(n.LockGroups) == 0 {
+	if len(up) > 0 && len(n.LockGroups) == 0 {
 		n.LockGroups = make([]LockGroup, LockGroupsN)
 	}
 	load := map[string]int{}
@@ -146,34 +143,46 @@ func AssignLockGroups(m *Map, alive map[string]bool) *Map {
 		}
 		return best
 	}
-	move := func(i int, to string) {
-		if g := n.LockGroups[i].Server; slices.Contains(up, g) {
-			load[g]--
+	inTransit := 0
+	for i := range n.LockGroups {
+		g := &n.LockGroups[i]
+		switch {
+		case g.Server != "" && slices.Contains(up, g.Server):
+			continue
+		case g.Server != "": // owner down: free at once
+			*g = LockGroup{}
+			changed = true
 		}
-		n.LockGroups[i] = LockGroup{Server: to, Epoch: m.Epoch + 1}
+		if len(up) == 0 {
+			continue
+		}
+		if g.Prev != "" && slices.Contains(up, g.Prev) && installed[g.Prev] < g.Epoch {
+			inTransit++
+			continue // the old owner may still serve it
+		}
+		to := least()
+		*g = LockGroup{Server: to, Epoch: m.Epoch + 1}
 		load[to]++
 		changed = true
 	}
-	for i, g := range n.LockGroups {
-		if !slices.Contains(up, g.Server) {
-			move(i, least())
+	// Even out: every server above its fair share gives the excess away
+	// (phase one); a later round gives those groups to the least loaded.
+	if len(up) > 1 && inTransit == 0 {
+		total := 0
+		for _, s := range up {
+			total += load[s]
 		}
-	}
-	for {
-		most := up[0]
-		for _, s := range up[1:] {
-			if load[s] > load[most] {
-				most = s
-			}
-		}
-		to := least()
-		if load[most]-load[to] <= 1 {
-			break
-		}
-		for i := len(n.LockGroups) - 1; i >= 0; i-- { // move the last ones: stable prefixes
-			if n.LockGroups[i].Server == most {
-				move(i, to)
-				break
+		fair := (total + len(up) - 1) / len(up)
+		for _, s := range up {
+			for k := load[s] - fair; k > 0; k-- {
+				for i := len(n.LockGroups) - 1; i >= 0; i-- {
+					if n.LockGroups[i].Server == s {
+						n.LockGroups[i] = LockGroup{Prev: s, Epoch: m.Epoch + 1}
+						load[s]--
+						changed = true
+						break
+					}
+				}
 			}
 		}
 	}

@@ -15,14 +15,52 @@ func lockLoad(m *clustermap.Map) map[string]int {
 	return l
 }
 
+// settleLocks runs assignment rounds, every server having installed every
+// map, until nothing changes.
+func settleLocks(t *testing.T, m *clustermap.Map, alive map[string]bool) *clustermap.Map {
+	t.Helper()
+	for range 100 {
+		inst := map[string]uint64{}
+		for _, s := range m.LockServers {
+			inst[s.Name] = m.Epoch
+		}
+		n := clustermap.AssignLockGroups(m, alive, inst)
+		if n == nil {
+			return m
+		}
+		mustValid(t, n)
+		checkNoDirectMove(t, m, n)
+		m = n
+	}
+	t.Fatal("lock group assignment does not settle")
+	return nil
+}
+
+// checkNoDirectMove: a group never goes from one live owner to another in
+// one step.
+func checkNoDirectMove(t *testing.T, prev, next *clustermap.Map) {
+	t.Helper()
+	for i, g := range next.LockGroups {
+		if i < len(prev.LockGroups) {
+			p := prev.LockGroups[i]
+			if p.Server != "" && g.Server != "" && p.Server != g.Server && next.LockServer(p.Server).State == clustermap.BrickUp {
+				t.Fatalf("group %d moved straight from live %s to %s", i, p.Server, g.Server)
+			}
+		}
+	}
+}
+
 func TestLockGroupsAssignBalanceAndMinimalMoves(t *testing.T) {
 	m := &clustermap.Map{NextVolumeID: 1}
 	var err error
+	all := map[string]bool{}
 	for _, s := range []string{"l1", "l2", "l3"} {
 		if m, err = clustermap.PutLockServer(m, s, s+":1"); err != nil {
 			t.Fatal(err)
 		}
 		mustValid(t, m)
+		all[s] = true
+		m = settleLocks(t, m, all)
 	}
 	l := lockLoad(m)
 	for _, s := range []string{"l1", "l2", "l3"} {
@@ -32,7 +70,7 @@ func TestLockGroupsAssignBalanceAndMinimalMoves(t *testing.T) {
 	}
 	// l2 dies: only its groups move, with a new epoch.
 	before := slices.Clone(m.LockGroups)
-	n := clustermap.AssignLockGroups(m, map[string]bool{"l1": true, "l3": true})
+	n := clustermap.AssignLockGroups(m, map[string]bool{"l1": true, "l3": true}, nil)
 	if n == nil {
 		t.Fatal("death of l2 changed nothing")
 	}
@@ -48,7 +86,7 @@ func TestLockGroupsAssignBalanceAndMinimalMoves(t *testing.T) {
 	if n.LockServer("l2").State != clustermap.BrickDown {
 		t.Fatal("l2 not marked down")
 	}
-	if again := clustermap.AssignLockGroups(n, map[string]bool{"l1": true, "l3": true}); again != nil {
+	if again := clustermap.AssignLockGroups(n, map[string]bool{"l1": true, "l3": true}, nil); again != nil {
 		t.Fatal("assignment does not settle")
 	}
 	// l2 restarts: a new incarnation, and it gets a fair share back.
@@ -57,6 +95,8 @@ func TestLockGroupsAssignBalanceAndMinimalMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustValid(t, r)
+	checkNoDirectMove(t, n, r)
+	r = settleLocks(t, r, all)
 	if got := lockLoad(r)["l2"]; got < clustermap.LockGroupsN/3 || r.LockServer("l2").Incarnation != 2 {
 		t.Fatalf("restarted l2 owns %d groups, incarnation %d", got, r.LockServer("l2").Incarnation)
 	}

@@ -52,7 +52,14 @@ func (s *Server) loop() {
 			if len(m.LockServers) == 0 {
 				return nil, nil
 			}
-			return clustermap.AssignLockGroups(m, s.lockServersAlive(m, time.Now())), nil
+			alive := s.lockServersAlive(m, time.Now())
+			s.mu.Lock()
+			installed := make(map[string]uint64, len(m.LockServers))
+			for _, l := range m.LockServers {
+				installed[l.Name] = s.mu.epochs[l.Name]
+			}
+			s.mu.Unlock()
+			return clustermap.AssignLockGroups(m, alive, installed), nil
 		}); err != nil {
 			s.log.Warn("assign lock groups", "err", err)
 		}

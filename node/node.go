@@ -18,10 +18,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/brick"
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
+	lockserver "github.com/plumeria-fs/plumeria/lock/server"
 )
 
 // Config is one process's roles and addresses.
@@ -32,6 +34,7 @@ type Config struct {
 	DataDir       string
 	Coordinator   bool
 	Brick         bool
+	Lock          bool
 	Join          []string // coordinators to join (coordinator role)
 	Coord         []string // coordinators to use (brick role); default Join, plus self
 	Domain        map[string]string
@@ -42,20 +45,23 @@ type Config struct {
 
 // Node is a running server process.
 type Node struct {
-	cfg   Config
-	mux   *netmux.Mux
-	gs    *grpc.Server
-	coord *coord.Server
-	brick *brick.Server
-	cc    *coordclient.Client
-	http  *http.Server
+	cfg      Config
+	mux      *netmux.Mux
+	gs       *grpc.Server
+	coord    *coord.Server
+	brick    *brick.Server
+	lock     *lockserver.Server
+	fatal    chan error // a role that cannot go on
+	stopLock context.CancelFunc
+	cc       *coordclient.Client
+	http     *http.Server
 }
 
 // Start brings the roles up. It returns once the brick (if any) has
 // registered with the coordinator, or ctx ends.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
-	if !cfg.Coordinator && !cfg.Brick {
-		return nil, errors.New("server: give at least one role: --coordinator and/or --brick")
+	if !cfg.Coordinator && !cfg.Brick && !cfg.Lock {
+		return nil, errors.New("server: give at least one role: --coordinator, --brick and/or --lock")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -67,7 +73,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Advertise == "" {
 		cfg.Advertise = mux.Addr().String()
 	}
-	n := &Node{cfg: cfg, mux: mux}
+	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
 	n.gs = grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
@@ -77,7 +83,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return fail(err)
 		}
 	}
-	if cfg.Brick {
+	if cfg.Brick || cfg.Lock {
 		addrs := cfg.Coord
 		if len(addrs) == 0 {
 			addrs = cfg.Join
@@ -86,11 +92,21 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			addrs = append([]string{cfg.Advertise}, addrs...)
 		}
 		if len(addrs) == 0 {
-			return fail(errors.New("server: a brick needs --coord ADDR (or --coordinator in the same process)"))
+			return fail(errors.New("server: a brick or lock server needs --coord ADDR (or --coordinator in the same process)"))
 		}
 		if n.cc, err = coordclient.New(addrs...); err != nil {
 			return fail(err)
 		}
+	}
+	if cfg.Lock {
+		n.lock, err = lockserver.New(lockserver.Config{ID: cfg.Name, Groups: clustermap.LockGroupsN, Logger: cfg.Logger,
+			Coordinator: newLockCoord(cfg.Name, cfg.Advertise, n.cc, cfg.Logger)})
+		if err != nil {
+			return fail(err)
+		}
+		n.lock.Register(n.gs)
+	}
+	if cfg.Brick {
 		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
 			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Coord: n.cc, Logger: cfg.Logger}, n.gs)
 		if err != nil {
@@ -113,8 +129,24 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return fail(err)
 		}
 	}
+	if n.lock != nil {
+		lctx, cancel := context.WithCancel(context.Background())
+		n.stopLock = cancel
+		go func() {
+			err := n.lock.Run(lctx)
+			if lctx.Err() == nil {
+				// The lock server stops serving when the coordinator can no
+				// longer vouch for it; a new process re-registers with
+				// fresh group epochs (run it under a supervisor).
+				n.fatal <- fmt.Errorf("lock server %s stopped: %v; restart the process", cfg.Name, err)
+			}
+		}()
+	}
 	return n, nil
 }
+
+// Fatal delivers an error when a role can no longer serve.
+func (n *Node) Fatal() <-chan error { return n.fatal }
 
 // Addr is the address the node advertises.
 func (n *Node) Addr() string { return n.cfg.Advertise }
@@ -129,6 +161,9 @@ func (n *Node) Brick() *brick.Server { return n.brick }
 func (n *Node) Stop() {
 	if n.http != nil {
 		n.http.Close()
+	}
+	if n.stopLock != nil {
+		n.stopLock()
 	}
 	if n.gs != nil {
 		n.gs.Stop()

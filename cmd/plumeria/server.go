@@ -46,11 +46,16 @@ func serverCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			cfg.Logger.Info("serving", "addr", n.Addr(), "coordinator", cfg.Coordinator, "brick", cfg.Brick)
-			<-cmd.Context().Done()
-			cfg.Logger.Info("stopping")
-			n.Stop()
-			return nil
+			cfg.Logger.Info("serving", "addr", n.Addr(), "coordinator", cfg.Coordinator, "brick", cfg.Brick, "lock", cfg.Lock)
+			select {
+			case <-cmd.Context().Done():
+				cfg.Logger.Info("stopping")
+				n.Stop()
+				return nil
+			case err := <-n.Fatal():
+				n.Stop()
+				return err
+			}
 		},
 	}
 	f := c.Flags()
@@ -60,6 +65,7 @@ func serverCmd() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data", "", "directory for this server's state")
 	f.BoolVar(&cfg.Coordinator, "coordinator", false, "run the coordinator role (Raft member holding the cluster map)")
 	f.BoolVar(&cfg.Brick, "brick", false, "run the brick role (stores volume data)")
+	f.BoolVar(&cfg.Lock, "lock", false, "EXPERIMENTAL: run the lock server role (serves lock groups the coordinator assigns; see docs/status.md)")
 	f.StringVar(&join, "join", "", "comma-separated coordinators to join; without it a coordinator bootstraps a new cluster")
 	f.StringVar(&coordAddrs, "coord", "", "comma-separated coordinator addresses a brick reports to (default: --join)")
 	f.StringVar(&domain, "domain", "", "failure domains, e.g. host=h1,rack=r1,site=s1 (default host=<hostname>)")
