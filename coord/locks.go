@@ -82,18 +82,11 @@ func (s *Server) RecordRecovered(ctx context.Context, r *pb.RecordRecoveredReque
 	}, func(cl pb.CoordinatorClient) (*pb.RecordRecoveredResponse, error) { return cl.RecordRecovered(ctx, r) })
 }
 
-// lockServersAlive returns the lock servers heard from within DeadAfter
-// (or, during a new leader's grace period, those the map shows up).
+// lockServersAlive returns the lock servers heard from within DeadAfter.
 func (s *Server) lockServersAlive(m *clustermap.Map, now time.Time) map[string]bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	grace := now.Sub(s.mu.leaderSince) < s.cfg.DeadAfter
-	out := map[string]bool{}
+	up := map[string]bool{}
 	for _, l := range m.LockServers {
-		seen, ok := s.mu.seen[l.Name]
-		if ok && now.Sub(seen) < s.cfg.DeadAfter || !ok && grace && l.State == clustermap.BrickUp {
-			out[l.Name] = true
-		}
+		up[l.Name] = l.State == clustermap.BrickUp
 	}
-	return out
+	return s.heardFrom(up, now)
 }

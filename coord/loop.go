@@ -66,17 +66,27 @@ func (s *Server) loop() {
 	}
 }
 
-// alive returns the bricks heard from within DeadAfter. During the grace
-// period after an election, bricks the map shows up count as alive.
+// alive returns the bricks heard from within DeadAfter.
 func (s *Server) alive(m *clustermap.Map, now time.Time) map[string]bool {
+	up := map[string]bool{}
+	for _, b := range m.Bricks {
+		up[b.Name] = b.State == clustermap.BrickUp
+	}
+	return s.heardFrom(up, now)
+}
+
+// heardFrom returns the members (name → shown up in the map) heard from
+// within DeadAfter. During the grace period after an election, members the
+// map shows up count as alive: this leader has no heartbeat history yet.
+func (s *Server) heardFrom(members map[string]bool, now time.Time) map[string]bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	grace := now.Sub(s.mu.leaderSince) < s.cfg.DeadAfter
 	out := map[string]bool{}
-	for _, b := range m.Bricks {
-		seen, ok := s.mu.seen[b.Name]
-		if ok && now.Sub(seen) < s.cfg.DeadAfter || !ok && grace && b.State == clustermap.BrickUp {
-			out[b.Name] = true
+	for name, mapUp := range members {
+		seen, ok := s.mu.seen[name]
+		if ok && now.Sub(seen) < s.cfg.DeadAfter || !ok && grace && mapUp {
+			out[name] = true
 		}
 	}
 	return out
