@@ -65,7 +65,7 @@ func serverCmd() *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data", "", "directory for this server's state")
 	f.BoolVar(&cfg.Coordinator, "coordinator", false, "run the coordinator role (Raft member holding the cluster map)")
 	f.BoolVar(&cfg.Brick, "brick", false, "run the brick role (stores volume data)")
-	f.BoolVar(&cfg.Lock, "lock", false, "EXPERIMENTAL: run the lock server role (serves lock groups the coordinator assigns; see docs/status.md)")
+	f.BoolVar(&cfg.Lock, "lock", false, "run the lock server role (serves the lock groups the coordinator assigns; issue B in progress, see docs/status.md)")
 	f.StringVar(&join, "join", "", "comma-separated coordinators to join; without it a coordinator bootstraps a new cluster")
 	f.StringVar(&coordAddrs, "coord", "", "comma-separated coordinator addresses a brick reports to (default: --join)")
 	f.StringVar(&domain, "domain", "", "failure domains, e.g. host=h1,rack=r1,site=s1 (default host=<hostname>)")

@@ -300,9 +300,12 @@ func (c *Clerk) receive(addr string, msgs []lock.Message) {
 		switch m := m.(type) {
 		case lock.QueryHeld:
 			// Only an owner rebuilding a group asks; answer it there even
-			// if the resolver has not caught up yet.
+			// if the resolver has not caught up yet (unless the resolver
+			// already dropped that server: this is a late frame).
 			for _, g := range m.Groups {
-				c.mu.owners[g] = addr
+				if c.mu.links[addr] != nil && g >= 0 && g < c.cfg.Groups {
+					c.mu.owners[g] = addr
+				}
 			}
 		case lock.RenewAck:
 			acked = true

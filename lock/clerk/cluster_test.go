@@ -165,7 +165,10 @@ func (cl *cluster) startNode(id, table string, k *checker) *node {
 
 func (cl *cluster) startNodeWith(id, table string, k *checker, h nodeHooks) *node {
 	n := &node{id: id, table: table, k: k, done: make(chan error, 1), stopped: make(chan struct{})}
-	sn := cl.mc.Mount(id, table)
+	sn, err := cl.mc.Mount(id, table)
+	if err != nil {
+		cl.t.Fatal(err)
+	}
 	c, err := clerk.New(clerk.Config{ID: id, Session: sn, Groups: cl.o.groups, Servers: cl.mc,
 		Tick: cl.o.tick, LeaseTicks: cl.o.leaseTicks, RetryTicks: cl.o.retryTicks, IdleTicks: cl.o.idleTicks,
 		OnRevoke: func(table string, l uint64, to lock.Mode) error {

@@ -24,9 +24,10 @@ import (
 type MemCoordinator struct {
 	groups int
 
-	// OnFence, if set before use, is called (outside any lock) whenever a
-	// clerk's fence rises: a deployment fences storage here.
-	OnFence func(clerk string, session uint64)
+	// OnFence, if set before use, is called (outside any lock) before a
+	// clerk's fence rises: a deployment fences storage here. An error
+	// leaves the fence where it was (Fence and Mount return it).
+	OnFence func(clerk string, session uint64) error
 
 	moving sync.Mutex // serialises group moves (each has two phases)
 	mu     struct {
@@ -125,8 +126,7 @@ func (h memHandle) Events(ctx context.Context) (<-chan lock.Message, error) {
 
 // Fence implements Coordinator.
 func (h memHandle) Fence(_ context.Context, clerk string, session uint64) error {
-	h.m.fence(clerk, session, h.id)
-	return nil
+	return h.m.fence(clerk, session, h.id)
 }
 
 // RecordRecovered implements Coordinator.
@@ -383,44 +383,54 @@ func (m *MemCoordinator) fenceDoneLocked(clerk string) lock.FenceDone {
 
 // Mount starts a new session of clerk with tables open: older sessions
 // are fenced, and the new one is registered. It returns the session.
-func (m *MemCoordinator) Mount(clerk string, tables ...string) uint64 {
+func (m *MemCoordinator) Mount(clerk string, tables ...string) (uint64, error) {
 	m.mu.Lock()
 	sn := max(m.mu.latest[clerk], m.mu.fences[clerk]) + 1
 	m.mu.latest[clerk] = sn
-	m.mu.registry[sessKey{clerk, sn}] = slices.Clone(tables)
 	m.mu.Unlock()
 	if sn > 1 {
-		m.fence(clerk, sn-1, "")
+		if err := m.fence(clerk, sn-1, ""); err != nil {
+			return 0, err
+		}
 	}
-	return sn
+	m.mu.Lock()
+	m.mu.registry[sessKey{clerk, sn}] = slices.Clone(tables)
+	m.mu.Unlock()
+	return sn, nil
 }
 
 // Unmount ends a session cleanly: it is fenced, and stays registered until
 // its (clean) log is recovered, so that servers that missed its CloseTable
 // free its locks too.
-func (m *MemCoordinator) Unmount(clerk string, session uint64) { m.fence(clerk, session, "") }
+func (m *MemCoordinator) Unmount(clerk string, session uint64) error {
+	return m.fence(clerk, session, "")
+}
 
-// fence raises clerk's fence to session, has OnFence put it in force, and
-// then tells every server; if it was already that high, only asker is
-// told again.
-func (m *MemCoordinator) fence(clerk string, session uint64, asker string) {
+// fence has OnFence put clerk's fence up to session in force, raises it,
+// and tells every server; if it was already that high, only asker is told
+// again.
+func (m *MemCoordinator) fence(clerk string, session uint64, asker string) error {
 	m.mu.Lock()
+	raise := session > m.mu.fences[clerk]
+	m.mu.Unlock()
+	if raise && m.OnFence != nil {
+		if err := m.OnFence(clerk, session); err != nil {
+			return fmt.Errorf("memcoordinator: fence %s up to %d: %w", clerk, session, err)
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	raised := session > m.mu.fences[clerk]
 	if raised {
 		m.mu.fences[clerk] = session
 	}
-	m.mu.Unlock()
-	if raised && m.OnFence != nil {
-		m.OnFence(clerk, session)
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	f := m.fenceDoneLocked(clerk)
 	if raised {
 		m.broadcastLocked(f)
 	} else if s := m.mu.servers[asker]; s != nil {
 		m.sendLocked(s, f, false)
 	}
+	return nil
 }
 
 func (m *MemCoordinator) recordRecovered(clerk string, session uint64, table string) error {

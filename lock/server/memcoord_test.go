@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -163,18 +164,21 @@ func TestMemFenceAndRecovery(t *testing.T) {
 	defer cancel()
 	mc := NewMemCoordinator(4)
 	var fenced []uint64
-	mc.OnFence = func(clerk string, session uint64) { fenced = append(fenced, session) }
+	mc.OnFence = func(clerk string, session uint64) error {
+		fenced = append(fenced, session)
+		return nil
+	}
 	a := &drain{ch: subscribe(t, ctx, mc, "a")}
 	a.nextAssign(t)
 	h := mc.Server("a", "a:1")
-	if sn := mc.Mount("n1", "fs0"); sn != 1 {
-		t.Fatalf("first session %d", sn)
+	if sn, err := mc.Mount("n1", "fs0"); sn != 1 || err != nil {
+		t.Fatalf("first session %d, %v", sn, err)
 	}
 	if err := h.RecordRecovered(ctx, "n1", 1, "fs0"); err == nil {
 		t.Fatal("recovery recorded before the fence")
 	}
-	if sn := mc.Mount("n1", "fs0"); sn != 2 {
-		t.Fatalf("second session %d", sn)
+	if sn, err := mc.Mount("n1", "fs0"); sn != 2 || err != nil {
+		t.Fatalf("second session %d, %v", sn, err)
 	}
 	f, ok := a.next(t).(lock.FenceDone)
 	if !ok || f.Clerk != "n1" || f.Session != 1 || !slices.Equal(f.Tables, []string{"fs0"}) {
@@ -213,5 +217,36 @@ func TestMemFenceAndRecovery(t *testing.T) {
 	}
 	if _, err := mc.Server("b", "b:1").Events(ctx); err == nil {
 		t.Fatal("second subscription of b accepted")
+	}
+}
+
+// TestMemFenceFailure: a fence storage could not enforce is not recorded,
+// and the next attempt does it.
+func TestMemFenceFailure(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	mc := NewMemCoordinator(4)
+	fail := true
+	mc.OnFence = func(string, uint64) error {
+		if fail {
+			return errors.New("bricks unreachable")
+		}
+		return nil
+	}
+	a := &drain{ch: subscribe(t, ctx, mc, "a")}
+	a.nextAssign(t)
+	h := mc.Server("a", "a:1")
+	if err := h.Fence(ctx, "n1", 3); err == nil || mc.Fenced("n1") != 0 {
+		t.Fatalf("failed fence: err %v, fence %d", err, mc.Fenced("n1"))
+	}
+	fail = false
+	if err := h.Fence(ctx, "n1", 3); err != nil || mc.Fenced("n1") != 3 {
+		t.Fatalf("second fence: err %v, fence %d", err, mc.Fenced("n1"))
+	}
+	if f, ok := a.next(t).(lock.FenceDone); !ok || f.Session != 3 {
+		t.Fatalf("after the fence: %+v", f)
+	}
+	if sn, err := mc.Mount("n1", "fs0"); err != nil || sn != 4 {
+		t.Fatalf("mount after a fence of 3: %d, %v", sn, err)
 	}
 }

@@ -217,13 +217,14 @@ func (l *loop) run(events <-chan lock.Message) error {
 			l.event(m)
 		case in := <-l.inbox:
 			l.input(in)
-			for more := true; more; { // take what else is waiting, then dispatch once
+			for n := 1; n < InboxFramesMax; n++ { // take what else waits, then dispatch once
 				select {
 				case in := <-l.inbox:
 					l.input(in)
+					continue
 				default:
-					more = false
 				}
+				break
 			}
 		case <-tick.C:
 			due := int64(time.Since(start) / l.cfg.Tick)

@@ -88,7 +88,10 @@ func TestSessionStream(t *testing.T) {
 	ctx := testCtx(t)
 	mc := NewMemCoordinator(4)
 	addr, s := serve(t, mc, "s0", prometheus.NewRegistry())
-	sn := mc.Mount("n1", "fs0")
+	sn, err := mc.Mount("n1", "fs0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := stream(t, ctx, addr)
 	send := func(msgs ...lock.Message) {
 		t.Helper()
