@@ -41,7 +41,7 @@ bench-vdisk: build
 # proto regenerates internal/pb (needs protoc, protoc-gen-go, protoc-gen-go-grpc; see docs/development.md).
 proto:
 	protoc --go_out=. --go_opt=module=github.com/plumeria-fs/plumeria \
-		--go-grpc_out=. --go-grpc_opt=module=github.com/plumeria-fs/plumeria proto/plumeria.proto
+		--go-grpc_out=. --go-grpc_opt=module=github.com/plumeria-fs/plumeria proto/plumeria.proto lock/lockpb/lock.proto
 
 clean:
 	rm -rf bin
