@@ -16,7 +16,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks; one line per metric: name value unit"}
-	c.AddCommand(benchVdiskCmd())
+	c.AddCommand(benchVdiskCmd(), benchLocksCmd())
 	return c
 }
 
