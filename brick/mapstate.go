@@ -3,7 +3,6 @@ package brick
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -65,20 +64,17 @@ func (s *Server) installer() {
 	}
 }
 
-// notePGChangesLocked records the epoch at which each PG's configuration
-// (members, syncing set) and its primary last changed. Requests routed with
-// a map older than the configuration are refused as stale; a new primary
-// serves only once every brick serves the map that made it primary. On the
-// first map every PG counts as changed. Caller holds pgMu.
+// notePGChangesLocked records the epoch at which each PG's primary last
+// changed: a new primary serves only once every brick serves the map that
+// made it primary. On the first map every PG counts as changed. (When the
+// configuration as a whole changed is in the map itself: PG.Since.) Caller
+// holds pgMu.
 func (s *Server) notePGChangesLocked(old, m *clustermap.Map) {
 	for _, v := range m.Volumes {
 		ov := old.VolumeByID(v.ID)
 		for i, p := range v.PGs {
 			k := pgKey{v.ID, uint32(i)}
 			fresh := ov == nil || old.Epoch == 0 || i >= len(ov.PGs)
-			if fresh || !slices.Equal(ov.PGs[i].Bricks, p.Bricks) || !slices.Equal(ov.PGs[i].Syncing, p.Syncing) {
-				s.pgEpoch[k] = m.Epoch
-			}
 			if fresh || ov.PGs[i].Primary() != p.Primary() {
 				s.pgLead[k] = m.Epoch
 			}

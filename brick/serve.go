@@ -31,8 +31,6 @@ var (
 	}
 )
 
-func nextSeq(last, epoch uint64) (uint64, error) { return repl.NextSeq(last, epoch) }
-
 // begin serves a client request (Write, Read, Decommit) at the primary: it
 // brings the brick's map up to the request's epoch and returns it with
 // mapMu held shared; the caller must call done. Holding mapMu makes a map
@@ -44,10 +42,7 @@ func (s *Server) begin(ctx context.Context, epoch uint64, vol uint64, pg uint32)
 	}
 	// Serve under a map that knows the PG's newest configuration: backups
 	// refuse requests from a primary routed with an older one.
-	s.pgMu.Lock()
-	changed := s.pgEpoch[pgKey{vol, pg}]
-	s.pgMu.Unlock()
-	if err := s.catchUpServing(ctx, max(epoch, changed)); err != nil {
+	if err := s.catchUpServing(ctx, max(epoch, s.pgSince(vol, pg))); err != nil {
 		return nil, nil, err
 	}
 	s.mapMu.RLock()
@@ -65,13 +60,20 @@ func (s *Server) beginPeer(ctx context.Context, epoch uint64) (*clustermap.Map, 
 	return s.latest.Load(), nil
 }
 
+// pgSince is the map epoch of the last change of a PG's configuration
+// (members, syncing set) in the newest map: clustermap keeps it in PG.Since.
+func (s *Server) pgSince(vol uint64, pg uint32) uint64 {
+	v := s.latest.Load().VolumeByID(vol)
+	if v == nil || int(pg) >= len(v.PGs) {
+		return 0
+	}
+	return v.PGs[pg].Since
+}
+
 // checkEpoch refuses a request routed with a map older than the last change
-// of its PG's configuration (members, order, syncing set).
+// of its PG's configuration.
 func (s *Server) checkEpoch(vol uint64, pg uint32, epoch uint64) error {
-	s.pgMu.Lock()
-	changed := s.pgEpoch[pgKey{vol, pg}]
-	s.pgMu.Unlock()
-	if epoch < changed {
+	if changed := s.pgSince(vol, pg); epoch < changed {
 		return errStale(epoch, changed)
 	}
 	return nil

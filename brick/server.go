@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/plumeria-fs/plumeria/brick/repl"
 	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
@@ -54,6 +55,9 @@ type Server struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 
+	runCtx    context.Context // background work; cancelled by Stop
+	cancelRun context.CancelFunc
+
 	// Two views of the map (see mapstate.go): latest is the newest map
 	// received, used by requests from other bricks; serving is the map the
 	// primary-side handlers run under, switched by the installer while it
@@ -72,7 +76,6 @@ type Server struct {
 	pgMu    sync.Mutex
 	pgLock  map[pgKey]*sync.RWMutex // per-PG order: writes exclusive, reads shared
 	pgFault map[pgKey][]fault       // members that missed a change this primary applied
-	pgEpoch map[pgKey]uint64        // map epoch of the PG's last configuration change
 	pgLead  map[pgKey]uint64        // map epoch at which the PG's primary last changed
 
 	fetchMu sync.Mutex // single-flight map refresh
@@ -112,9 +115,10 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgEpoch: map[pgKey]uint64{}, pgLead: map[pgKey]uint64{},
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgLead: map[pgKey]uint64{},
 		pgFault: map[pgKey][]fault{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
+	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	s.latest.Store(&clustermap.Map{})
 	s.serving.Store(&clustermap.Map{})
 	if err := s.initSeq(); err != nil {
@@ -148,16 +152,13 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// ctx returns a context cancelled when the server stops.
-func (s *Server) ctx() context.Context {
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { <-s.stop; cancel() }()
-	return ctx
-}
+// ctx returns the context of the server's background work, cancelled by Stop.
+func (s *Server) ctx() context.Context { return s.runCtx }
 
 // Stop stops background work and closes the store.
 func (s *Server) Stop() {
 	close(s.stop)
+	s.cancelRun()
 	s.wg.Wait()
 	s.peers.close()
 	s.store.Close()
@@ -305,7 +306,7 @@ func (s *Server) countUsage() {
 func (s *Server) nextSeq(epoch uint64) (uint64, error) {
 	s.seqMu.Lock()
 	defer s.seqMu.Unlock()
-	seq, err := nextSeq(s.lastSeq.Load(), epoch)
+	seq, err := repl.NextSeq(s.lastSeq.Load(), epoch)
 	if err != nil {
 		return 0, err
 	}

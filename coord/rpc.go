@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -74,7 +75,7 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 			b := clustermap.Brick{Name: r.Name, Addr: r.Addr, Domain: r.Domain, State: clustermap.BrickUp, CapacityBytes: r.CapacityBytes}
 			if old != nil {
 				b.Draining = old.Draining
-				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && equalDomain(old.Domain, b.Domain) {
+				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && maps.Equal(old.Domain, b.Domain) {
 					return nil, nil
 				}
 			} else if len(m.Bricks) >= limits.BricksMax {
@@ -90,18 +91,6 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		s.log.Info("brick registered", "name", r.Name, "addr", r.Addr, "domain", r.Domain)
 		return &pb.RegisterBrickResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RegisterBrickResponse, error) { return cl.RegisterBrick(ctx, r) })
-}
-
-func equalDomain(a, b map[string]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func (s *Server) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -255,5 +254,3 @@ func (s *Server) Map() *clustermap.Map { return s.fsm.Map() }
 
 // IsLeader reports whether this coordinator leads.
 func (s *Server) IsLeader() bool { return s.isLeader() }
-
-var _ = net.JoinHostPort

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -63,22 +64,10 @@ func (r *LockResolver) update(m *clustermap.Map) {
 	}
 	old := r.mu.m
 	r.mu.m = m
-	if !sameOwners(owners(old), owners(m)) {
+	if !maps.Equal(owners(old), owners(m)) {
 		close(r.mu.changed)
 		r.mu.changed = make(chan struct{})
 	}
-}
-
-func sameOwners(a, b map[int]string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if b[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // Changed returns a channel closed once the owners change after epoch.

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -317,9 +316,6 @@ func (v *Volume) retry(ctx context.Context, fn func(context.Context, *clustermap
 		err := fn(ctx, m, vol)
 		if err == nil {
 			return nil
-		}
-		if os.Getenv("PLUMERIA_DEBUG_RETRY") != "" {
-			fmt.Fprintln(os.Stderr, "retry:", err)
 		}
 		if perm := permanent(v.name, err); perm != nil {
 			return perm

@@ -9,9 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
-	"github.com/plumeria-fs/plumeria/internal/pb"
 	lockclerk "github.com/plumeria-fs/plumeria/lock/clerk"
 	"github.com/plumeria-fs/plumeria/node"
 )
@@ -58,27 +56,11 @@ func benchLocksCmd() *cobra.Command {
 		defer cc.Close()
 		const table = "bench"
 		var clerks []*lockclerk.Clerk
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
 		for _, id := range []string{"bench-a", "bench-b"} {
-			var session uint64
-			err := cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-				r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{table}})
-				if err == nil {
-					session = r.Session
-				}
-				return err
-			})
+			cl, err := openClerk(cctx, cc, id, table, log, func(string, string, uint64) error { return nil })
 			if err != nil {
-				return fmt.Errorf("open session: %s", coordclient.ErrorMessage(err))
-			}
-			cl, err := lockclerk.New(lockclerk.Config{ID: id, Session: session, Groups: clustermap.LockGroupsN,
-				Servers: node.NewLockResolver(cc), OnRecover: func(string, string, uint64) error { return nil }, Logger: log})
-			if err != nil {
-				return err
-			}
-			cctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			go cl.Run(cctx)
-			if err := cl.Open(table); err != nil {
 				return err
 			}
 			clerks = append(clerks, cl)

@@ -66,32 +66,15 @@ func lockWorkloadCmd() *cobra.Command {
 		}
 		defer cc.Close()
 		ctx := cmd.Context()
-		var session uint64
-		err = cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-			r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{table}})
-			if err == nil {
-				session = r.Session
-			}
-			return err
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		cl, err := openClerk(ctx, cc, id, table, log, func(table, dead string, s uint64) error {
+			record("recovered %s %d", dead, s)
+			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("open session: %s", coordclient.ErrorMessage(err))
-		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		cl, err := lockclerk.New(lockclerk.Config{ID: id, Session: session, Groups: clustermap.LockGroupsN,
-			Servers: node.NewLockResolver(cc), Logger: log,
-			OnRecover: func(table, dead string, s uint64) error {
-				record("recovered %s %d", dead, s)
-				return nil
-			}})
-		if err != nil {
 			return err
 		}
-		go cl.Run(ctx)
-		if err := cl.Open(table); err != nil {
-			return err
-		}
-		record("session %s %d", id, session)
+		record("session %s %d", id, cl.Session())
 		for ctx.Err() == nil {
 			l := uint64(rand.IntN(locks))
 			actx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -112,4 +95,32 @@ func lockWorkloadCmd() *cobra.Command {
 		return nil
 	}
 	return c
+}
+
+// openClerk mounts a clerk session of id for table through the coordinator
+// (which fences the id's older sessions), starts the clerk until ctx ends
+// and opens the table.
+func openClerk(ctx context.Context, cc *coordclient.Client, id, table string, log *slog.Logger,
+	onRecover func(table, dead string, session uint64) error) (*lockclerk.Clerk, error) {
+	var session uint64
+	err := cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{table}})
+		if err == nil {
+			session = r.Session
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open session of %s: %s", id, coordclient.ErrorMessage(err))
+	}
+	cl, err := lockclerk.New(lockclerk.Config{ID: id, Session: session, Groups: clustermap.LockGroupsN,
+		Servers: node.NewLockResolver(cc), Logger: log, OnRecover: onRecover})
+	if err != nil {
+		return nil, err
+	}
+	go cl.Run(ctx)
+	if err := cl.Open(table); err != nil {
+		return nil, err
+	}
+	return cl, nil
 }
