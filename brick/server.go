@@ -70,6 +70,7 @@ type Server struct {
 
 	leaseUntil atomic.Int64  // unix nanos until which this brick may act as primary
 	installed  atomic.Uint64 // every brick that may act as primary has this map epoch
+	removed    atomic.Bool   // the map dropped this brick (brick remove)
 	lastSeq    atomic.Uint64
 	seqMu      sync.Mutex
 
@@ -249,10 +250,10 @@ func (s *Server) heartbeat() {
 			return
 		}
 		s.setLatest(m)
-		if s.latest.Load().Brick(s.cfg.Name) == nil {
-			// The map no longer knows this brick (removed, or a fresh
-			// cluster): announce it again.
-			_ = s.register(ctx)
+		if s.latest.Load().Brick(s.cfg.Name) == nil && !s.removed.Swap(true) {
+			// `plumeria brick remove` took this brick out of the map: it
+			// must not add itself back. Restarting the process joins again.
+			s.log.Warn("this brick was removed from the cluster; stop the process (restarting it would join again)")
 		}
 	}
 	s.installed.Store(resp.InstalledEpoch)
