@@ -42,6 +42,20 @@ type Clerk struct {
 	nextRetry int64
 	nextIdle  int64
 	out       ClerkReady
+	metrics   ClerkMetrics
+}
+
+// ClerkMetrics are a clerk's counters since NewClerk, and what it holds.
+type ClerkMetrics struct {
+	Requests       uint64 // requests made (Acquire found the lock not held well enough)
+	Grants         uint64 // grants accepted
+	Revokes        uint64 // revokes that asked the owner to flush (resends not counted)
+	IdleReleases   uint64 // locks the clerk started to give back for idleness
+	Downgrades     uint64 // voluntary downgrades (Downgrade)
+	Renewals       uint64 // lease renewals a lock server acknowledged
+	Recoveries     uint64 // recoveries of dead clerks' logs run (RunRecovery events)
+	RecoveriesDone uint64 // recoveries the owner finished
+	Held           int64  // locks held now, running recoveries included
 }
 
 type sentRenew struct {
@@ -158,6 +172,15 @@ func (c *Clerk) Ready() ClerkReady { return c.out }
 func (c *Clerk) Advance(rd ClerkReady) {
 	c.out.Messages = dropFront(c.out.Messages, len(rd.Messages))
 	c.out.Events = dropFront(c.out.Events, len(rd.Events))
+}
+
+// Metrics returns the clerk's counters.
+func (c *Clerk) Metrics() ClerkMetrics {
+	m := c.metrics
+	for _, n := range c.count {
+		m.Held += int64(n)
+	}
+	return m
 }
 
 // Lost reports whether the session is over (lease lapsed or expired).

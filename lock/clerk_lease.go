@@ -68,6 +68,7 @@ func (c *Clerk) renewAck(m RenewAck) {
 	if m.Seq == 0 || s.seq != m.Seq {
 		return // too old to remember when it was sent
 	}
+	c.metrics.Renewals++
 	for _, ge := range m.Groups {
 		g := ge.Group
 		if g < 0 || g >= len(c.epoch) || !c.accept(g, ge.Epoch) {
@@ -151,6 +152,7 @@ func (c *Clerk) recover(m Recover) {
 	case !t.recovering[d]:
 		t.recovering[d] = true
 		c.hold(g)
+		c.metrics.Recoveries++
 		c.event(RunRecovery{Dead: d.Clerk, Session: d.Session, Table: t.name})
 	}
 }
@@ -164,6 +166,7 @@ func (c *Clerk) RecoveryDone(dead string, session uint64, table string) {
 		return
 	}
 	delete(t.recovering, d)
+	c.metrics.RecoveriesDone++
 	c.unhold(c.group(table, LogLock(dead)))
 	if len(c.done) == recentRecoveriesN {
 		c.done = c.done[1:]

@@ -7,7 +7,8 @@ import "fmt"
 // it used (so it is not released as idle). Otherwise a request is sent, if
 // none is outstanding, and a Granted event follows. Errors: ErrLeaseLost,
 // ErrNotOpen, ErrBadMode, ErrReservedLock (a log lock other than
-// LogLock(ID)), ErrLimit (PendingRequestsMax requests outstanding).
+// LogLock(ID)), ErrLimit (PendingRequestsMax requests outstanding, or
+// LocksPerClerkMax locks held or requested, in all tables together).
 func (c *Clerk) Acquire(table string, lock uint64, mode Mode) (bool, error) {
 	t, err := c.checkUse(table, lock, mode)
 	if err != nil {
@@ -20,17 +21,41 @@ func (c *Clerk) Acquire(table string, lock uint64, mode Mode) (bool, error) {
 		return c.valid(c.group(table, lock)), nil
 	case e != nil && e.want >= mode:
 		return false, nil
-	case len(t.pending) >= PendingRequestsMax:
-		return false, fmt.Errorf("%w: %d requests pending", ErrLimit, len(t.pending))
-	case e == nil:
+	}
+	if _, ok := t.pending[lock]; !ok {
+		if n := c.pendingN(); n >= PendingRequestsMax {
+			return false, fmt.Errorf("%w: %d requests pending", ErrLimit, n)
+		}
+	}
+	if e == nil {
+		if n := c.locksN(); n >= LocksPerClerkMax {
+			return false, fmt.Errorf("%w: %d locks held or requested", ErrLimit, n)
+		}
 		e = &entry{}
 		t.locks[lock] = e
 	}
 	c.nextReq++
+	c.metrics.Requests++
 	e.want, e.wantReq = mode, c.nextReq
 	t.pending[lock] = struct{}{}
 	c.sendRequest(t, lock, e)
 	return false, nil
+}
+
+// pendingN counts the requests outstanding, locksN the locks held or
+// requested, in all tables (at most TablesPerClerkMax).
+func (c *Clerk) pendingN() (n int) {
+	for _, t := range c.tables {
+		n += len(t.pending)
+	}
+	return n
+}
+
+func (c *Clerk) locksN() (n int) {
+	for _, t := range c.tables {
+		n += len(t.locks)
+	}
+	return n
 }
 
 func (c *Clerk) checkUse(table string, lock uint64, mode Mode) (*ctable, error) {
@@ -120,6 +145,27 @@ func (c *Clerk) Release(table string, lock uint64) {
 	}
 }
 
+// Downgrade lowers a Write grant on lock to Read at once and tells the
+// server; the owner must have written back what it dirtied under the lock.
+// No-op unless the lock is held in Write. A revoke or idleness that asked
+// for Read is thereby answered; one that asked for None still runs (the
+// owner's Flushed then releases the Read grant).
+func (c *Clerk) Downgrade(table string, lock uint64) {
+	t := c.tables[table]
+	if c.lost || t == nil {
+		return
+	}
+	e := t.locks[lock]
+	if e == nil || e.mode != Write {
+		return
+	}
+	c.metrics.Downgrades++
+	c.lower(t, lock, e, Read)
+	if e.asked && e.target >= Read {
+		e.asked, e.flushing = false, false
+	}
+}
+
 // lower releases (to None) or downgrades (to Read) the held grant. The
 // clerk stops believing before the message leaves.
 func (c *Clerk) lower(t *ctable, lock uint64, e *entry, to Mode) {
@@ -163,6 +209,7 @@ func (c *Clerk) grant(m Grant) {
 	e.want, e.wantReq = None, 0
 	e.asked, e.flushing = false, false // revokes of the older grant are void
 	delete(t.pending, m.Lock)
+	c.metrics.Grants++
 	c.event(Granted{Table: m.Table, Lock: m.Lock, Mode: m.Mode})
 }
 
@@ -183,6 +230,9 @@ func (c *Clerk) revoke(m Revoke) {
 				c.send(Downgrade{Clerk: c.cfg.ID, Session: c.cfg.Session, Table: m.Table, Lock: m.Lock, ReqID: e.req})
 			}
 			return
+		}
+		if !e.asked || m.To < e.target {
+			c.metrics.Revokes++
 		}
 		c.ask(t, m.Lock, e, m.To)
 	case e != nil && e.want != None && e.wantReq == m.ReqID:
@@ -247,6 +297,7 @@ func (c *Clerk) dropIdle() {
 		for _, l := range sortedLocks(t, func(e *entry) bool {
 			return e.mode != None && e.want == None && !e.asked && c.now-e.used >= idle
 		}) {
+			c.metrics.IdleReleases++
 			c.ask(t, l, t.locks[l], None)
 		}
 	}

@@ -182,3 +182,95 @@ func TestClerkIdleAndRecovery(t *testing.T) {
 		t.Fatal("idle lock not flushed")
 	}
 }
+
+func TestClerkDowngrade(t *testing.T) {
+	c := newTestClerk(t)
+	renewed(t, c)
+	drainClerk(c)
+	req := grantW(t, c, 7)
+	down := Downgrade{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req}
+
+	c.Downgrade("t", 7)
+	if rd := drainClerk(c); !reflect.DeepEqual(rd, ClerkReady{Messages: []Message{down}}) {
+		t.Fatalf("downgrade: %+v", rd)
+	}
+	if m := c.Holds("t", 7); m != Read {
+		t.Fatalf("holds %v after downgrade", m)
+	}
+	// Held in Read (or not at all): no-op.
+	c.Downgrade("t", 7)
+	c.Downgrade("t", 8)
+	c.Downgrade("nope", 7)
+	if rd := drainClerk(c); len(rd.Messages)+len(rd.Events) != 0 {
+		t.Fatalf("downgrade of a read lock: %+v", rd)
+	}
+	// Read is cached: Acquire(Read) is answered at once; Write asks again.
+	if held, err := c.Acquire("t", 7, Read); !held || err != nil {
+		t.Fatalf("acquire read after downgrade: %v %v", held, err)
+	}
+	if held, err := c.Acquire("t", 7, Write); held || err != nil {
+		t.Fatalf("acquire write after downgrade: %v %v", held, err)
+	}
+	r := drainClerk(c).Messages[0].(Request)
+	if r.Mode != Write || r.ReqID <= req {
+		t.Fatalf("upgrade request %+v", r)
+	}
+	// A revoke of the downgraded grant to Read (the server had not seen
+	// the Downgrade) is answered by the Downgrade again, without a flush.
+	mustStep(t, c, Revoke{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req, To: Read, Epoch: 1})
+	if rd := drainClerk(c); !reflect.DeepEqual(rd, ClerkReady{Messages: []Message{down}}) {
+		t.Fatalf("revoke to read after downgrade: %+v", rd)
+	}
+}
+
+// TestClerkDowngradeDuringRevoke: a downgrade while a revoke's flush is
+// under way answers a revoke to Read, and leaves a revoke to None running.
+func TestClerkDowngradeDuringRevoke(t *testing.T) {
+	c := newTestClerk(t)
+	renewed(t, c)
+	drainClerk(c)
+
+	// Revoke to Read, then the owner downgrades before Flushed.
+	req := grantW(t, c, 7)
+	mustStep(t, c, Revoke{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req, To: Read, Epoch: 1})
+	if rd := drainClerk(c); !reflect.DeepEqual(rd.Events, []Event{Flush{"t", 7, Read}}) {
+		t.Fatalf("revoke: %+v", rd)
+	}
+	c.Downgrade("t", 7)
+	down := Downgrade{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req}
+	if rd := drainClerk(c); !reflect.DeepEqual(rd, ClerkReady{Messages: []Message{down}}) {
+		t.Fatalf("downgrade while flushing: %+v", rd)
+	}
+	c.Flushed("t", 7, Read) // the late answer to the Flush: nothing left to do
+	if rd := drainClerk(c); len(rd.Messages)+len(rd.Events) != 0 || c.Holds("t", 7) != Read {
+		t.Fatalf("flushed after downgrade: %+v, holds %v", rd, c.Holds("t", 7))
+	}
+	// A later revoke to None is a new flush.
+	mustStep(t, c, Revoke{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req, To: None, Epoch: 1})
+	if rd := drainClerk(c); !reflect.DeepEqual(rd.Events, []Event{Flush{"t", 7, None}}) {
+		t.Fatalf("revoke to none: %+v", rd)
+	}
+	c.Flushed("t", 7, None)
+	rel := Release{Clerk: "a", Session: 1, Table: "t", Lock: 7, ReqID: req}
+	if rd := drainClerk(c); !reflect.DeepEqual(rd.Messages, []Message{rel}) || c.Holds("t", 7) != None {
+		t.Fatalf("flushed(none): %+v", rd)
+	}
+
+	// Revoke to None, then the owner downgrades: the revoke still runs,
+	// and no second Flush is raised.
+	req = grantW(t, c, 8)
+	mustStep(t, c, Revoke{Clerk: "a", Session: 1, Table: "t", Lock: 8, ReqID: req, To: None, Epoch: 1})
+	if rd := drainClerk(c); !reflect.DeepEqual(rd.Events, []Event{Flush{"t", 8, None}}) {
+		t.Fatalf("revoke: %+v", rd)
+	}
+	c.Downgrade("t", 8)
+	down = Downgrade{Clerk: "a", Session: 1, Table: "t", Lock: 8, ReqID: req}
+	if rd := drainClerk(c); !reflect.DeepEqual(rd, ClerkReady{Messages: []Message{down}}) {
+		t.Fatalf("downgrade while flushing to none: %+v", rd)
+	}
+	c.Flushed("t", 8, None)
+	rel = Release{Clerk: "a", Session: 1, Table: "t", Lock: 8, ReqID: req}
+	if rd := drainClerk(c); !reflect.DeepEqual(rd, ClerkReady{Messages: []Message{rel}}) || c.Holds("t", 8) != None {
+		t.Fatalf("flushed(none) after downgrade: %+v", rd)
+	}
+}

@@ -106,6 +106,7 @@
 //	      then: rd := c.Ready(); send each of rd.Messages where Route says;
 //	            hand rd.Events to the owner; c.Advance(rd)
 //	owner: Acquire to ask, Holds before each use, Flushed after a Flush,
+//	       Release or Downgrade (Write to Read) to give back voluntarily,
 //	       RecoveryDone after a RunRecovery, remount after LeaseLost.
 //
 // Tick must be called once per elapsed tick interval of monotonic time; after

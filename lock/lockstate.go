@@ -17,9 +17,10 @@ const (
 func (h *holder) revoking() bool { return h.flags&holderRevoking != 0 }
 func (h *holder) recovery() bool { return h.flags&holderRecovery != 0 }
 
-// waiter is one queued request. 16 bytes.
+// waiter is one queued request. 24 bytes.
 type waiter struct {
 	req   uint64
+	since int64 // tick of arrival, for Metrics.WaitTicks
 	clerk uint32
 	mode  Mode
 }

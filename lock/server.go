@@ -27,6 +27,22 @@ type Metrics struct {
 	Recoveries     uint64 // recoveries started (Recover sent to a clerk)
 	RecoveriesDone uint64 // recoveries a clerk reported done
 	Rejects        uint64 // requests refused for a limit
+	// WaitTicks is a histogram of how long granted requests waited here,
+	// from arrival to grant, in ticks: WaitTicks[i] counts waits of at
+	// most WaitBucketTicks[i] (and more than the bound before); the last
+	// element counts longer waits. WaitTicksSum is their total.
+	WaitTicks    [len(WaitBucketTicks) + 1]uint64
+	WaitTicksSum uint64
+}
+
+// WaitBucketTicks are the upper bounds of Metrics.WaitTicks.
+var WaitBucketTicks = [...]int64{0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+
+func (m *Metrics) observeWait(ticks int64) {
+	ticks = max(ticks, 0)
+	i, _ := slices.BinarySearch(WaitBucketTicks[:], ticks)
+	m.WaitTicks[i]++
+	m.WaitTicksSum += uint64(ticks)
 }
 
 // Server is the lock-service state of one lock server: the lock groups it

@@ -67,7 +67,7 @@ func (s *Server) request(c *session, m Request) {
 		s.reject(c, m.Table, m.Lock, m.ReqID, r)
 		return
 	}
-	w := waiter{req: m.ReqID, clerk: c.idx, mode: m.Mode}
+	w := waiter{req: m.ReqID, since: s.now, clerk: c.idx, mode: m.Mode}
 	c.waiting++
 	if len(ls.waiters()) == 0 && s.serving(g) && s.grantable(t, m.Lock, &ls, w) {
 		s.grant(t, m.Lock, &ls, w, g) // the common case: no queue at all
@@ -236,6 +236,7 @@ func (s *Server) grant(t *table, lock uint64, ls *lockState, w waiter, g int) {
 		c.held++
 	}
 	s.metrics.Grants++
+	s.metrics.observeWait(s.now - w.since)
 	s.sendGrant(t, lock, c, *h, g)
 }
 

@@ -31,18 +31,25 @@ func (m Mode) valid() bool { return m == Read || m == Write }
 func compatible(a, b Mode) bool { return a != Write && b != Write }
 
 // Limits. Every set a server or clerk keeps is bounded by one of these;
-// input that would exceed a bound gets a Reject, never growth.
+// input that would exceed a bound gets a Reject (server) or ErrLimit
+// (clerk), never growth.
 const (
-	GroupsMax          = 1024    // lock groups in a cluster
-	ClerksMax          = 4096    // clerk sessions one server tracks
-	TablesMax          = 1024    // tables one server tracks
-	TablesPerClerkMax  = 16      // tables one clerk session has open
-	NameBytesMax       = 128     // clerk id and table name length
-	LocksPerClerkMax   = 1 << 20 // held plus waiting locks of one clerk at one server
-	PendingRequestsMax = 4096    // waiting requests of one clerk at one server
-	LockWaitersMax     = 4096    // waiting requests on one lock
-	recentRecoveriesN  = 64      // finished recoveries a clerk remembers, to re-ack
-	renewRingN         = 8       // renewals in flight a clerk remembers
+	GroupsMax         = 1024 // lock groups in a cluster
+	ClerksMax         = 4096 // clerk sessions one server tracks
+	TablesMax         = 1024 // tables one server tracks
+	TablesPerClerkMax = 16   // tables one clerk session has open
+	NameBytesMax      = 128  // clerk id and table name length
+	// LocksPerClerkMax bounds the held plus requested locks of one clerk
+	// session at one server, and at the clerk in all its tables.
+	LocksPerClerkMax = 1 << 20
+	// PendingRequestsMax bounds the outstanding requests of one clerk
+	// session at one server, and at the clerk in all its tables.
+	PendingRequestsMax = 4096
+	// LockWaitersMax bounds the queue of one lock. A session waits at most
+	// once per lock, so with ClerksMax sessions it is a backstop.
+	LockWaitersMax    = 4096
+	recentRecoveriesN = 64 // finished recoveries a clerk remembers, to re-ack
+	renewRingN        = 8  // renewals in flight a clerk remembers
 )
 
 // Errors returned by Step and by Clerk methods.

@@ -44,6 +44,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/coordclient"
@@ -124,6 +125,10 @@ type Config struct {
 	CallbacksMax int                                         // callbacks running at once; 0: CallbacksMaxDefault
 	Dial         func(addr string) (*grpc.ClientConn, error) // nil: coordclient.Dial
 	Logger       *slog.Logger                                // nil: discard
+	// Registerer receives the metrics (label clerk=ID); nil means
+	// prometheus.DefaultRegisterer. A later clerk with the same ID
+	// replaces an earlier one's series.
+	Registerer prometheus.Registerer
 }
 
 func (cfg *Config) setDefaults() {
@@ -154,6 +159,9 @@ func (cfg *Config) setDefaults() {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.DefaultRegisterer
+	}
 }
 
 // Clerk is one clerk session. Make it with New, start Run, then Open the
@@ -164,6 +172,7 @@ type Clerk struct {
 	kick    chan struct{} // capacity 1: re-resolve the owners now
 	jobsIn  chan struct{} // capacity 1: a callback was queued
 	running atomic.Bool
+	stats   *stats
 	mu      struct {
 		sync.Mutex
 		core   *lock.Clerk
@@ -211,6 +220,14 @@ func New(cfg Config) (*Clerk, error) {
 	c.mu.flushing = map[waitKey]lock.Mode{}
 	c.mu.deferred = map[waitKey]lock.Flush{}
 	c.mu.changed = make(chan struct{})
+	c.stats = newStats(cfg.ID, func() lock.ClerkMetrics {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.mu.core.Metrics()
+	})
+	if err := c.stats.register(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

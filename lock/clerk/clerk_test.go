@@ -115,8 +115,11 @@ func workload(ctx context.Context, t *testing.T, nodes []*node, workers, ops, lo
 						errs <- fmt.Errorf("%s: use lock %d %v: %w", n.id, l, mode, err)
 						return
 					}
-					if rng.IntN(10) == 0 {
+					switch {
+					case rng.IntN(10) == 0:
 						n.release(l)
+					case mode == lock.Write && rng.IntN(8) == 0:
+						n.c.Downgrade(n.table, l) // keep it cached for reading
 					}
 					if h := hookAt[done.Add(1)]; h != nil {
 						h() // the worker that reaches the mark runs it; the others go on
@@ -395,4 +398,117 @@ func TestServerRestartSameAddress(t *testing.T) {
 	workload(ctx, t, nodes, 2, 150, 6, func() { cl.restartServer("s1") })
 	k.check(t)
 	checkMoved(t, k, nodes)
+}
+
+// TestDowngrade: a voluntary downgrade keeps the lock cached for reading
+// and lets another reader in without a revoke; a lock pinned in Write is
+// not downgraded.
+func TestDowngrade(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newCluster(t, defaultOpts(), 1)
+	k := newChecker()
+	a, b := cl.startNode("a", "fs0", k), cl.startNode("b", "fs0", k)
+
+	if err := a.c.Acquire(ctx, "fs0", 1, lock.Write); err != nil {
+		t.Fatal(err)
+	}
+	a.c.Downgrade("fs0", 1) // pinned in Write: nothing happens
+	if got := a.c.Holds("fs0", 1); got != lock.Write {
+		t.Fatalf("pinned lock holds %v after Downgrade, want write", got)
+	}
+	a.c.Unpin("fs0", 1, lock.Write)
+	a.c.Downgrade("fs0", 1)
+	if got := a.c.Holds("fs0", 1); got != lock.Read {
+		t.Fatalf("holds %v after Downgrade, want read", got)
+	}
+	a.c.Downgrade("fs0", 1) // already Read: no-op
+	a.c.Downgrade("fs0", 9) // not held: no-op
+
+	// a keeps reading from its cache; b reads too, and a is not asked to
+	// flush (the server may revoke to Read before it sees the Downgrade;
+	// the clerk answers that without the owner).
+	if err := a.use(ctx, 1, lock.Read); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.use(ctx, 1, lock.Read); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.revokes.Load(); n != 0 {
+		t.Fatalf("a flushed %d times for a reader after downgrading", n)
+	}
+	if got := a.c.Holds("fs0", 1); got != lock.Read {
+		t.Fatalf("a holds %v with b reading, want read", got)
+	}
+	// An upgrade afterwards revokes b.
+	if err := a.use(ctx, 1, lock.Write); err != nil {
+		t.Fatal(err)
+	}
+	if b.revokes.Load() == 0 || b.c.Holds("fs0", 1) != lock.None {
+		t.Fatalf("b not revoked by a's upgrade (holds %v)", b.c.Holds("fs0", 1))
+	}
+	k.check(t)
+}
+
+// TestClerkMetrics: the clerk's series are registered with its label and
+// count what happened.
+func TestClerkMetrics(t *testing.T) {
+	ctx := testCtx(t)
+	cl := newCluster(t, defaultOpts(), 1)
+	k := newChecker()
+	a, b := cl.startNode("a", "fs0", k), cl.startNode("b", "fs0", k)
+	if err := a.use(ctx, 1, lock.Write); err != nil {
+		t.Fatal(err)
+	}
+	a.c.Downgrade("fs0", 1)
+	if err := b.use(ctx, 1, lock.Write); err != nil { // revokes a
+		t.Fatal(err)
+	}
+	for a.c.Holds("fs0", 1) != lock.None {
+		time.Sleep(time.Millisecond)
+	}
+	got := map[string]float64{} // of clerk a
+	fams, err := cl.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			isA := false
+			for _, l := range m.GetLabel() {
+				isA = isA || (l.GetName() == "clerk" && l.GetValue() == "a")
+			}
+			switch {
+			case !isA:
+			case m.GetHistogram() != nil:
+				got[f.GetName()] = float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				got[f.GetName()] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				got[f.GetName()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"plumeria_lock_clerk_requests_total":       1,
+		"plumeria_lock_clerk_grants_total":         1,
+		"plumeria_lock_clerk_revokes_total":        1,
+		"plumeria_lock_clerk_downgrades_total":     1,
+		"plumeria_lock_clerk_acquire_wait_seconds": 1,
+		"plumeria_lock_clerk_locks_held":           0,
+	}
+	for name, v := range want {
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("%s = %v (present %v), want %v", name, g, ok, v)
+		}
+	}
+	for _, name := range []string{"plumeria_lock_clerk_lease_renewals_total", "plumeria_lock_clerk_recoveries_total",
+		"plumeria_lock_clerk_recoveries_done_total", "plumeria_lock_clerk_idle_releases_total"} {
+		if _, ok := got[name]; !ok {
+			t.Errorf("no series %s for clerk a", name)
+		}
+	}
+	if got["plumeria_lock_clerk_lease_renewals_total"] == 0 {
+		t.Error("no lease renewal counted")
+	}
+	k.check(t)
 }

@@ -191,7 +191,8 @@ func (cl *cluster) startNodeWith(id, table string, k *checker, h nodeHooks) *nod
 				k.fail("%s lost its lease", id)
 			}
 		},
-		Logger: logger(cl.t),
+		Registerer: cl.reg,
+		Logger:     logger(cl.t),
 	})
 	if err != nil {
 		cl.t.Fatal(err)

@@ -2,6 +2,7 @@ package clerk
 
 import (
 	"context"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/lock"
 )
@@ -44,6 +45,7 @@ func (p pinCount) above(to lock.Mode) bool {
 // lock.ErrReservedLock, lock.ErrLimit, ctx.Err().
 func (c *Clerk) Acquire(ctx context.Context, table string, l uint64, mode lock.Mode) error {
 	key := waitKey{table, l}
+	var start time.Time // of the first wait; zero for a cached re-acquire
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for {
@@ -60,9 +62,13 @@ func (c *Clerk) Acquire(ctx context.Context, table string, l uint64, mode lock.M
 			}
 			if held {
 				c.pinLocked(key, mode)
+				c.stats.observeWait(start)
 				return nil
 			}
 			c.drainLocked() // the request, if one was made
+		}
+		if start.IsZero() {
+			start = time.Now()
 		}
 		w := &waiter{mode: mode, done: make(chan struct{})}
 		c.mu.waits[key] = append(c.mu.waits[key], w)
@@ -73,7 +79,11 @@ func (c *Clerk) Acquire(ctx context.Context, table string, l uint64, mode lock.M
 		}
 		c.mu.Lock()
 		if w.pinned {
-			return c.awaitLease(ctx, key, mode)
+			err := c.awaitLease(ctx, key, mode)
+			if err == nil {
+				c.stats.observeWait(start)
+			}
+			return err
 		}
 		if w.err != nil {
 			return w.err
@@ -130,6 +140,20 @@ func (c *Clerk) Release(table string, l uint64) {
 		return
 	}
 	c.mu.core.Release(table, l)
+	c.drainLocked()
+}
+
+// Downgrade lowers lock from Write to Read at once, keeping it cached for
+// reading; the owner must have written back what it dirtied under it.
+// Nothing happens unless the clerk holds lock in Write, nor while a use
+// pins it in Write. Read pins are kept.
+func (c *Clerk) Downgrade(table string, l uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.pins[waitKey{table, l}].write > 0 {
+		return
+	}
+	c.mu.core.Downgrade(table, l)
 	c.drainLocked()
 }
 

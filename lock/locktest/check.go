@@ -29,7 +29,7 @@ type checker struct {
 	dead    []deadSession     // ended sessions whose beliefs await recovery
 	recDone map[recKey]uint64 // (clerk id, table) → highest session recovered
 
-	sessions, recoveriesDone, granted int
+	sessions, recoveriesDone, granted, downgrades int
 }
 
 type belief struct {

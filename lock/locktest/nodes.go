@@ -135,14 +135,28 @@ func (w *World) own(n *clerkNode) {
 	w.drainClerk(n)
 }
 
+// releaseSome gives up a held lock voluntarily: it releases it, or, if it
+// is held in Write, downgrades it to Read half the time. Either may come
+// while a revoke of the lock is being flushed.
 func (w *World) releaseSome(n *clerkNode) {
 	var held []wishKey
-	n.c.EachHeld(func(t string, l uint64, _ lock.Mode) { held = append(held, wishKey{t, l}) })
-	if len(held) > 0 {
-		slices.SortFunc(held, cmpWish)
-		k := held[w.rng.IntN(len(held))]
-		n.c.Release(k.table, k.lock)
+	modes := map[wishKey]lock.Mode{}
+	n.c.EachHeld(func(t string, l uint64, m lock.Mode) {
+		held = append(held, wishKey{t, l})
+		modes[wishKey{t, l}] = m
+	})
+	if len(held) == 0 {
+		return
 	}
+	slices.SortFunc(held, cmpWish)
+	k := held[w.rng.IntN(len(held))]
+	if modes[k] == lock.Write && w.chance(0.5) {
+		n.c.Downgrade(k.table, k.lock)
+		w.check.downgrades++
+		w.logf("%s downgrades %s/%d", n.id, k.table, k.lock)
+		return
+	}
+	n.c.Release(k.table, k.lock)
 }
 
 func (w *World) later(n *clerkNode, delay int64, f func()) {
@@ -175,7 +189,15 @@ func (w *World) drainClerk(n *clerkNode) {
 func (w *World) event(n *clerkNode, c *lock.Clerk, e lock.Event) {
 	switch e := e.(type) {
 	case lock.Flush:
-		w.later(n, w.between(0, 3), func() { c.Flushed(e.Table, e.Lock, e.To) })
+		// Sometimes the owner downgrades on its own before it answers.
+		down := w.chance(0.2)
+		w.later(n, w.between(0, 3), func() {
+			if down && c.Holds(e.Table, e.Lock) == lock.Write {
+				c.Downgrade(e.Table, e.Lock)
+				w.check.downgrades++
+			}
+			c.Flushed(e.Table, e.Lock, e.To)
+		})
 	case lock.RunRecovery:
 		w.logf("%s recovers %s/%d in %s", n.id, e.Dead, e.Session, e.Table)
 		w.later(n, w.between(1, 8), func() { w.finishRecovery(n, c, e) })

@@ -142,9 +142,9 @@ func (w *World) Stats() string {
 			m.Recoveries += x.Recoveries
 		}
 	}
-	return fmt.Sprintf("steps=%d ticks=%d sessions=%d recoveries=%d fences=%d moves=%d granted=%d (live servers: grants=%d revokes=%d)",
+	return fmt.Sprintf("steps=%d ticks=%d sessions=%d recoveries=%d fences=%d moves=%d granted=%d downgrades=%d (live servers: grants=%d revokes=%d)",
 		w.steps, w.now, w.check.sessions, w.check.recoveriesDone, w.coord.fenceCount, w.coord.moves,
-		w.check.granted, m.Grants, m.Revokes)
+		w.check.granted, w.check.downgrades, m.Grants, m.Revokes)
 }
 
 // Run runs the chaos phase, then the calm phase, checking after every

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -16,6 +17,8 @@ import (
 // several servers can share one registry.
 type stats struct {
 	descs     []*prometheus.Desc // in the order of coreValues, then the I/O series
+	wait      *prometheus.Desc   // the histogram of waits
+	tick      time.Duration      // the core's tick, to turn wait ticks into seconds
 	streams   atomic.Int64       // clerk streams the loop knows
 	groups    atomic.Int64       // groups in the last assignment
 	dropped   atomic.Uint64      // messages with no stream or a full outbox
@@ -52,8 +55,15 @@ var ioSeries = []struct {
 	{"plumeria_lock_frames_malformed_total", "Frames from clerks that failed to decode.", prometheus.CounterValue},
 }
 
-func newStats(server string) *stats {
-	s := &stats{}
+// The histogram of the time granted requests waited at this server, made
+// from the core's tick counts (lock.Metrics.WaitTicks).
+const (
+	waitName = "plumeria_lock_wait_seconds"
+	waitHelp = "Time granted requests waited at the lock server, from arrival to grant, at tick resolution (0: at once)."
+)
+
+func newStats(server string, tick time.Duration) *stats {
+	s := &stats{tick: tick}
 	labels := prometheus.Labels{"server": server}
 	for _, c := range coreSeries {
 		s.descs = append(s.descs, prometheus.NewDesc(c.name, c.help, nil, labels))
@@ -61,6 +71,7 @@ func newStats(server string) *stats {
 	for _, c := range ioSeries {
 		s.descs = append(s.descs, prometheus.NewDesc(c.name, c.help, nil, labels))
 	}
+	s.wait = prometheus.NewDesc(waitName, waitHelp, nil, labels)
 	return s
 }
 
@@ -93,11 +104,13 @@ func (s *stats) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range s.descs {
 		ch <- d
 	}
+	ch <- s.wait
 }
 
 // Collect implements prometheus.Collector.
 func (s *stats) Collect(ch chan<- prometheus.Metric) {
-	for i, v := range coreValues(s.core()) {
+	core := s.core()
+	for i, v := range coreValues(core) {
 		ch <- prometheus.MustNewConstMetric(s.descs[i], prometheus.CounterValue, float64(v))
 	}
 	io := []float64{float64(s.streams.Load()), float64(s.groups.Load()), float64(s.dropped.Load()),
@@ -105,4 +118,18 @@ func (s *stats) Collect(ch chan<- prometheus.Metric) {
 	for i, v := range io {
 		ch <- prometheus.MustNewConstMetric(s.descs[len(coreSeries)+i], ioSeries[i].kind, v)
 	}
+	ch <- s.waitHistogram(core)
+}
+
+// waitHistogram turns the core's tick histogram into seconds.
+func (s *stats) waitHistogram(m lock.Metrics) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(lock.WaitBucketTicks))
+	var count uint64
+	for i, bound := range lock.WaitBucketTicks {
+		count += m.WaitTicks[i]
+		buckets[(time.Duration(bound) * s.tick).Seconds()] = count
+	}
+	count += m.WaitTicks[len(lock.WaitBucketTicks)]
+	sum := (time.Duration(m.WaitTicksSum) * s.tick).Seconds()
+	return prometheus.MustNewConstHistogram(s.wait, count, sum, buckets)
 }

@@ -128,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 		core:    core,
 		inbox:   make(chan input, InboxFramesMax),
 		stopped: make(chan struct{}),
-		stats:   newStats(cfg.ID),
+		stats:   newStats(cfg.ID, cfg.Tick),
 	}
 	if err := s.stats.register(cfg.Registerer); err != nil {
 		return nil, err

@@ -87,7 +87,8 @@ func recvUntil(t *testing.T, st lockpb.Lock_SessionClient, id string, sn uint64,
 func TestSessionStream(t *testing.T) {
 	ctx := testCtx(t)
 	mc := NewMemCoordinator(4)
-	addr, s := serve(t, mc, "s0", prometheus.NewRegistry())
+	reg := prometheus.NewRegistry()
+	addr, s := serve(t, mc, "s0", reg)
 	sn, err := mc.Mount("n1", "fs0")
 	if err != nil {
 		t.Fatal(err)
@@ -119,6 +120,29 @@ func TestSessionStream(t *testing.T) {
 	})
 	for s.Metrics().Grants == 0 { // published after the loop's iteration
 		time.Sleep(time.Millisecond)
+	}
+	// The request waited for the rebuild: one observation of its wait.
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range fams {
+		seen[f.GetName()] = true
+		if f.GetName() != "plumeria_lock_wait_seconds" {
+			continue
+		}
+		h := f.GetMetric()[0].GetHistogram()
+		if h.GetSampleCount() != 1 || len(h.GetBucket()) != len(lock.WaitBucketTicks) {
+			t.Fatalf("wait histogram: %v", h)
+		}
+	}
+	for _, name := range []string{"plumeria_lock_grants_total", "plumeria_lock_revokes_total",
+		"plumeria_lock_waits_total", "plumeria_lock_wait_seconds", "plumeria_lock_lease_renewals_total",
+		"plumeria_lock_recoveries_total"} {
+		if !seen[name] {
+			t.Errorf("no metric %s", name)
+		}
 	}
 }
 
@@ -176,7 +200,7 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
-	if found["a"] != len(coreSeries)+len(ioSeries) || found["b"] != found["a"] {
+	if found["a"] != len(coreSeries)+len(ioSeries)+1 || found["b"] != found["a"] {
 		t.Fatalf("series per server: %v", found)
 	}
 }
