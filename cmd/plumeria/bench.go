@@ -16,6 +16,7 @@ import (
 
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks; one line per metric: name value unit"}
+	benchDir(c) // `plumeria bench DIR`: file system workloads on a directory
 	c.AddCommand(benchVdiskCmd(), benchLocksCmd())
 	return c
 }

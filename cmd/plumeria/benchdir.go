@@ -1,0 +1,146 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plumeria-fs/plumeria/bench/fsbench"
+)
+
+// benchDir makes c, the parent `bench` command, run the file system
+// workloads of bench/fsbench on its positional DIR.
+func benchDir(c *cobra.Command) {
+	def := fsbench.DefaultConfig()
+	cfg := def
+	var vs, seqSize, seqIO, randSize, fileSize string
+	c.Use = "bench DIR [--vs DIR]"
+	c.Short = "Benchmarks; one line per metric: name value unit"
+	c.Long = "`plumeria bench DIR` runs the standard file system workloads in fresh subdirectories of DIR\n" +
+		"(a Plumeria mount, or any directory) and removes them afterwards. Results go to stdout, one\n" +
+		"line per metric, progress to stderr:\n" +
+		"  files_create, files_stat, files_read, files_delete files/s; files_readdir entries/s;\n" +
+		"  mkdir_rmdir dirs/s; seq_write_fsync, seq_read MiB/s; rand_read_4k, rand_write_4k IOPS;\n" +
+		"  tree_extract s (extracting a generated source tarball; lower is better).\n" +
+		"Every byte read back is checked. A size or count of 0 skips its workload.\n" +
+		"With --vs DIR2 the same workloads also run on DIR2 and each metric prints three lines:\n" +
+		"  NAME value unit        on DIR\n" +
+		"  NAME_vs value unit     on DIR2\n" +
+		"  NAME_ratio DIR/DIR2 ratio(higher=better)   or ratio(lower=better) for seconds\n" +
+		"The subcommands benchmark the cluster's own layers."
+	c.Example = "  plumeria bench /mnt/plumeria --vs /var/tmp\n" +
+		"  plumeria bench /mnt/plumeria --files 1000 --seq-size 256MiB --rand-ops 2000 --tree-files 300"
+	f := c.Flags()
+	f.StringVar(&vs, "vs", "", "also run on this directory and print the ratios DIR/VS")
+	f.IntVar(&cfg.Files, "files", def.Files, "small files created, stat-ed, listed, read and deleted")
+	f.IntVar(&cfg.Dirs, "dirs", def.Dirs, "directories the small files are spread over")
+	f.StringVar(&fileSize, "file-size", "1KiB", "bytes per small file")
+	f.IntVar(&cfg.Mkdirs, "mkdirs", def.Mkdirs, "directories made then removed")
+	f.StringVar(&seqSize, "seq-size", "2GiB", "bytes written (then fsync) and read back sequentially")
+	f.StringVar(&seqIO, "seq-io", "1MiB", "bytes per sequential write and read")
+	f.StringVar(&randSize, "rand-size", "256MiB", "size of the file of the random 4 KiB reads and writes")
+	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes")
+	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read and write phases (0: none)")
+	f.IntVar(&cfg.TreeFiles, "tree-files", def.TreeFiles, "regular files in the extracted source tree")
+	f.Uint64Var(&cfg.Seed, "seed", def.Seed, "seed of the tree shape, offsets and data")
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) != 1 {
+			cmd.Usage() // to stderr
+			if len(args) == 0 {
+				return errors.New("bench: missing DIR (or a subcommand)")
+			}
+			return fmt.Errorf("bench: want one DIR, got %d arguments", len(args))
+		}
+		for _, s := range []struct {
+			flag, v string
+			dst     *int64
+		}{{"--seq-size", seqSize, &cfg.SeqSize}, {"--rand-size", randSize, &cfg.RandSize}} {
+			n, err := parseBytes(s.v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.flag, err)
+			}
+			*s.dst = n
+		}
+		for _, s := range []struct {
+			flag, v string
+			dst     *int
+			max     uint64
+		}{{"--seq-io", seqIO, &cfg.SeqIO, 64 << 20}, {"--file-size", fileSize, &cfg.FileSize, 1 << 30}} {
+			n, err := parseUint(s.v)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.flag, err)
+			}
+			if n > s.max {
+				return fmt.Errorf("%s: %s is over %s", s.flag, s.v, humanBytes(int64(s.max)))
+			}
+			*s.dst = int(n)
+		}
+		dirs := []string{args[0]}
+		if vs != "" {
+			dirs = append(dirs, vs)
+		}
+		for _, d := range dirs {
+			if err := checkBenchDir(c, d); err != nil {
+				return err
+			}
+		}
+		cfg.Log = os.Stderr
+		var results [][]fsbench.Result
+		for _, d := range dirs {
+			start := time.Now()
+			fmt.Fprintf(os.Stderr, "bench: running in %s\n", d)
+			res, err := fsbench.Run(cmd.Context(), d, cfg)
+			if err != nil {
+				return fmt.Errorf("bench %s: %w", d, err)
+			}
+			fmt.Fprintf(os.Stderr, "bench: %s done in %v\n", d, time.Since(start).Round(time.Second))
+			results = append(results, res)
+		}
+		printBenchDir(os.Stdout, results)
+		return nil
+	}
+}
+
+// checkBenchDir names a mistyped subcommand rather than a missing directory.
+func checkBenchDir(c *cobra.Command, dir string) error {
+	st, err := os.Stat(dir)
+	if err == nil && !st.IsDir() {
+		return fmt.Errorf("bench: %s is not a directory", dir)
+	}
+	if err != nil && !strings.ContainsRune(dir, os.PathSeparator) {
+		if c.SuggestionsMinimumDistance <= 0 {
+			c.SuggestionsMinimumDistance = 2 // as cobra's own "unknown command"
+		}
+		if s := c.SuggestionsFor(dir); len(s) > 0 {
+			return fmt.Errorf("bench: %w (did you mean `plumeria bench %s`?)", err, s[0])
+		}
+	}
+	return err
+}
+
+// printBenchDir prints one line per metric of results[0], and with a
+// second run the same metric on it (NAME_vs) and their ratio (NAME_ratio).
+func printBenchDir(w io.Writer, results [][]fsbench.Result) {
+	if len(results) == 1 {
+		for _, r := range results[0] {
+			fmt.Fprintln(w, r)
+		}
+		return
+	}
+	for i, a := range results[0] {
+		b := results[1][i]
+		better := "ratio(higher=better)"
+		if fsbench.LowerIsBetter(a.Unit) {
+			better = "ratio(lower=better)"
+		}
+		fmt.Fprintln(w, a)
+		fmt.Fprintln(w, fsbench.Result{Name: a.Name + "_vs", Value: b.Value, Unit: b.Unit})
+		fmt.Fprintf(w, "%s_ratio %.3f %s\n", a.Name, a.Value/b.Value, better)
+	}
+}
