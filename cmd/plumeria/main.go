@@ -20,7 +20,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd())
+	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd(), formatCmd(), mountCmd())
+	root.AddCommand(fsckCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {

@@ -2,16 +2,20 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/node"
 )
@@ -29,7 +33,7 @@ func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks i
 	if basePort == 0 {
 		addr = func(int) string { return net.JoinHostPort(host, "0") }
 	}
-	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Logger: log})
+	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Lock: true, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -75,11 +79,11 @@ func upCmd() *cobra.Command {
 	var port int
 	c := &cobra.Command{
 		Use:   "up [--dir DIR] [--mount MNT]",
-		Short: "Run an all-in-one cluster on this machine (coordinator + 3 bricks); Ctrl-C stops it",
+		Short: "Run an all-in-one cluster on this machine (coordinator + lock server + 3 bricks), mounted; Ctrl-C unmounts and stops it",
 		Args:  cobra.NoArgs,
 	}
 	c.Flags().StringVar(&dir, "dir", defaultUpDir(), "where the cluster keeps its state")
-	c.Flags().StringVar(&mnt, "mount", "", "mount point (the file system layer is not built yet: see docs/status.md)")
+	c.Flags().StringVar(&mnt, "mount", "", "mount point (default DIR/mnt); created if missing")
 	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -99,20 +103,40 @@ func upCmd() *cobra.Command {
 		if err := ensureVolume(cmd.Context(), cl, "default", 3); err != nil {
 			return fmt.Errorf("up: create volume: %s", coordclient.ErrorMessage(err))
 		}
-		fmt.Printf("Plumeria is up: coordinator %s, 3 bricks, volume \"default\" (3 replicas), state in %s\n", lc.coord, dir)
-		if mnt != "" {
-			fmt.Println("note: mounting needs the file system layer, which is not built yet; the virtual disk is usable now.")
+		if err := ensureFormatted(cmd.Context(), cl, "default"); err != nil {
+			return fmt.Errorf("up: %w", err)
 		}
-		fmt.Printf("try:\n  echo hello | plumeria vdisk write --coord %s --volume default --offset 1TiB\n", lc.coord)
-		fmt.Printf("  plumeria vdisk read --coord %s --volume default --offset 1TiB --length 6\n", lc.coord)
-		fmt.Printf("  plumeria status --coord %s\nCtrl-C stops.\n", lc.coord)
-		<-cmd.Context().Done()
-		fmt.Println("stopping")
-		return nil
+		if mnt == "" {
+			mnt = filepath.Join(dir, "mnt")
+		}
+		if err := os.MkdirAll(mnt, 0o755); err != nil {
+			return fmt.Errorf("up: mount point: %w", err)
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		host, _ := os.Hostname()
+		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, false, log)
+		if err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (3 replicas), state in %s\n", lc.coord, dir)
+		fmt.Printf("mounted on %s\n", mnt)
+		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\nCtrl-C unmounts and stops.\n", mnt, mnt, lc.coord)
+		err = m.wait(ctx)
+		fmt.Println("stopped")
+		return err
 	}
 	return c
 }
 
+// ensureFormatted formats volume name the first time.
+func ensureFormatted(ctx context.Context, cl *coordclient.Client, name string) error {
+	err := formatVolume(ctx, cl, name, 3, false, nil)
+	if errors.Is(err, filesys.ErrFormatted) {
+		return nil
+	}
+	return err
+}
 func defaultUpDir() string {
 	if h, err := os.UserHomeDir(); err == nil {
 		return filepath.Join(h, ".plumeria", "up")

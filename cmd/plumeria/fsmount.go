@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/frontend/fuse"
+	"github.com/plumeria-fs/plumeria/node"
+	"github.com/plumeria-fs/plumeria/volume"
+)
+
+func formatCmd() *cobra.Command {
+	var name string
+	var force bool
+	var replicas uint32
+	c := &cobra.Command{
+		Use:     "format --coord ADDR --volume NAME",
+		Short:   "Write a fresh file system on a volume (created if missing)",
+		Example: "  plumeria format --coord 127.0.0.1:7001 --volume home --replicas 3",
+		Args:    cobra.NoArgs,
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&name, "volume", "", "volume name")
+	c.Flags().BoolVar(&force, "force", false, "erase an existing file system (no node may have it mounted)")
+	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk when the volume is created")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if name == "" {
+			return fmt.Errorf("--volume is required")
+		}
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return formatVolume(cmd.Context(), cl, name, replicas, force, os.Stdout)
+	}
+	return c
+}
+
+// formatVolume creates volume name unless it exists and formats it.
+func formatVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32, force bool, out *os.File) error {
+	if replicas < 1 {
+		return fmt.Errorf("--replicas must be at least 1")
+	}
+	if err := ensureVolume(ctx, cl, name, replicas); err != nil {
+		return fmt.Errorf("create volume %s: %s", name, coordclient.ErrorMessage(err))
+	}
+	vol, err := volume.Open(ctx, cl, name, volume.Options{Writer: "format"})
+	if err != nil {
+		return fmt.Errorf("open volume %s: %w", name, err)
+	}
+	defer vol.Close()
+	s, err := filesys.Format(ctx, vol, force, time.Now())
+	if err != nil {
+		return fmt.Errorf("format %s: %w", name, err)
+	}
+	if out != nil {
+		fmt.Fprintf(out, "formatted volume %s: file system %x\n", name, s.UUID)
+	}
+	return nil
+}
+
+func mountCmd() *cobra.Command {
+	var name, id string
+	var debug bool
+	c := &cobra.Command{
+		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
+		Short:   "Mount a volume's file system (runs until unmounted or SIGTERM/SIGINT)",
+		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1",
+		Args:    cobra.ExactArgs(1),
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&name, "volume", "", "volume name")
+	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
+	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if name == "" {
+			return fmt.Errorf("--volume is required")
+		}
+		if id == "" {
+			h, err := os.Hostname()
+			if err != nil {
+				return fmt.Errorf("--name is required (no host name: %v)", err)
+			}
+			id = h
+		}
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+		defer stop()
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		m, err := mountFS(ctx, cl, name, id, args[0], debug, log)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("mounted volume %s on %s as node %s\n", name, args[0], id)
+		return m.wait(ctx)
+	}
+	return c
+}
+
+// fsMount is a mounted fs node: file system and FUSE server.
+type fsMount struct {
+	n   *node.FSNode
+	srv *fuse.Server
+	dir string
+}
+
+func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, debug bool, log *slog.Logger) (*fsMount, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
+	}
+	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log})
+	if err != nil {
+		if errors.Is(err, filesys.ErrNotFormatted) {
+			return nil, fmt.Errorf("%w: run plumeria format --volume %s first", err, name)
+		}
+		return nil, err
+	}
+	srv, err := fuse.Mount(dir, n.FS, fuse.Options{Volume: name, Debug: debug, Logger: log})
+	if err != nil {
+		n.Close(context.Background())
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return &fsMount{n: n, srv: srv, dir: dir}, nil
+}
+
+// wait serves until ctx ends (then unmounts) or the mount goes away
+// (umount by the user), then writes everything back and leaves.
+func (m *fsMount) wait(ctx context.Context) error {
+	gone := make(chan struct{})
+	go func() { m.srv.Wait(); close(gone) }()
+	select {
+	case <-ctx.Done():
+		if err := m.srv.Unmount(); err != nil {
+			fmt.Fprintf(os.Stderr, "unmount %s: %v\n", m.dir, err)
+		}
+		<-gone
+	case <-gone:
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := m.n.Close(cctx); err != nil {
+		return fmt.Errorf("unmount %s: %w", m.dir, err)
+	}
+	return nil
+}

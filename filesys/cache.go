@@ -1,0 +1,369 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+	"github.com/plumeria-fs/plumeria/filesys/redo"
+	"github.com/plumeria-fs/plumeria/lock"
+)
+
+// cblock is a cached metadata block. Invariant: it is only read or changed
+// by an operation that holds (pinned) the lock covering it, and it leaves
+// the cache only when that lock leaves the node.
+type cblock struct {
+	addr     uint64
+	lock     uint64
+	data     []byte // committed content, version included
+	dirty    bool   // changed since it was last written in place
+	firstLSN redo.LSN
+	lastLSN  redo.LSN
+	gen      uint64 // bumped on every change: write-back marks clean only an unchanged block
+}
+
+// cache holds this node's metadata blocks, by address and by lock.
+type cache struct {
+	mu       sync.Mutex
+	blocks   map[uint64]*cblock
+	byLock   map[uint64]map[uint64]*cblock
+	inflight map[*tx]redo.LSN // commits between Append and install, with a floor of their LSN
+	lastLSN  redo.LSN
+}
+
+func newCache() *cache {
+	return &cache{blocks: map[uint64]*cblock{}, byLock: map[uint64]map[uint64]*cblock{}, inflight: map[*tx]redo.LSN{}}
+}
+
+func (c *cache) insertLocked(b *cblock) {
+	c.blocks[b.addr] = b
+	m := c.byLock[b.lock]
+	if m == nil {
+		m = map[uint64]*cblock{}
+		c.byLock[b.lock] = m
+	}
+	m[b.addr] = b
+}
+
+// load returns the committed content of the block at addr, covered by
+// lockID, reading it from the volume if it is not cached.
+func (fs *FS) load(ctx context.Context, addr, lockID uint64) ([]byte, error) {
+	c := fs.cache
+	c.mu.Lock()
+	if b := c.blocks[addr]; b != nil {
+		c.mu.Unlock()
+		return b.data, nil
+	}
+	c.mu.Unlock()
+	data := make([]byte, layout.BlockBytes)
+	if err := fs.cfg.Dev.ReadAt(ctx, data, addr); err != nil {
+		return nil, fs.ioError("read metadata block", addr, err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.blocks[addr]; b != nil {
+		return b.data, nil
+	}
+	c.insertLocked(&cblock{addr: addr, lock: lockID, data: data})
+	return data, nil
+}
+
+// tx gathers the block changes of one operation; commit logs them as one
+// redo record and installs them in the cache.
+type tx struct {
+	fs     *FS
+	ctx    context.Context
+	staged map[uint64]*stage
+}
+
+type stage struct {
+	lock     uint64
+	old, new []byte
+}
+
+func (fs *FS) newTx(ctx context.Context) *tx {
+	return &tx{fs: fs, ctx: ctx, staged: map[uint64]*stage{}}
+}
+
+// read returns the block's content as this transaction sees it. Read only.
+func (t *tx) read(addr, lockID uint64) ([]byte, error) {
+	if s := t.staged[addr]; s != nil {
+		return s.new, nil
+	}
+	return t.fs.load(t.ctx, addr, lockID)
+}
+
+// write returns a private copy of the block to change; commit logs it.
+func (t *tx) write(addr, lockID uint64) ([]byte, error) {
+	if s := t.staged[addr]; s != nil {
+		return s.new, nil
+	}
+	old, err := t.fs.load(t.ctx, addr, lockID)
+	if err != nil {
+		return nil, err
+	}
+	s := &stage{lock: lockID, old: old, new: append([]byte(nil), old...)}
+	t.staged[addr] = s
+	return s.new, nil
+}
+
+// commit appends the transaction's changes to the log (not waiting for
+// them to be durable) and installs them in the cache.
+func (t *tx) commit() error {
+	fs := t.fs
+	addrs := make([]uint64, 0, len(t.staged))
+	for a := range t.staged {
+		addrs = append(addrs, a)
+	}
+	sort.Slice(addrs, func(i, j int) bool { return addrs[i] < addrs[j] })
+	var ups []redo.Update
+	var changed []uint64
+	for _, a := range addrs {
+		s := t.staged[a]
+		v := layout.Version(s.old) + 1
+		spans := diff(s.old, s.new)
+		if len(spans) == 0 {
+			continue
+		}
+		layout.SetVersion(s.new, v)
+		for _, sp := range spans {
+			ups = append(ups, redo.Update{Addr: a, Version: v, Off: uint16(sp[0]), Data: s.new[sp[0]:sp[1]]})
+		}
+		changed = append(changed, a)
+	}
+	if len(ups) == 0 {
+		return nil
+	}
+	c := fs.cache
+	c.mu.Lock()
+	c.inflight[t] = c.lastLSN + 1
+	c.mu.Unlock()
+	lsn, err := fs.rlog.Append(ups)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.inflight, t)
+	if err != nil {
+		return fs.failLocked(fmt.Errorf("append to log: %w", err))
+	}
+	if lsn > c.lastLSN {
+		c.lastLSN = lsn
+	}
+	for _, a := range changed {
+		s := t.staged[a]
+		b := c.blocks[a]
+		if b == nil {
+			b = &cblock{addr: a, lock: s.lock}
+			c.insertLocked(b)
+		}
+		b.data = s.new
+		if !b.dirty {
+			b.dirty, b.firstLSN = true, lsn
+		}
+		b.lastLSN = lsn
+		b.gen++
+	}
+	return nil
+}
+
+// failLocked is fail for callers holding the cache lock (fail takes fs.mu only).
+func (fs *FS) failLocked(err error) error { return fs.fail(err) }
+
+// diff returns the byte ranges [start, end) where a and b differ, leaving
+// out the version field, merging ranges closer than 32 bytes.
+func diff(a, b []byte) [][2]int {
+	var spans [][2]int
+	const gap = 32
+	for i := 0; i < len(a); i++ {
+		if i == layout.VersionStart {
+			i = layout.VersionEnd - 1
+			continue
+		}
+		if a[i] == b[i] {
+			continue
+		}
+		if n := len(spans); n > 0 && i-spans[n-1][1] < gap && !(spans[n-1][1] <= layout.VersionStart && i >= layout.VersionEnd) {
+			spans[n-1][1] = i + 1
+		} else {
+			spans = append(spans, [2]int{i, i + 1})
+		}
+	}
+	return spans
+}
+
+// writeBack writes the given dirty blocks in place once their log records
+// are durable, and marks them clean if nothing changed them meanwhile.
+func (fs *FS) writeBack(ctx context.Context, blocks []*cblock) error {
+	type snap struct {
+		b    *cblock
+		data []byte
+		gen  uint64
+	}
+	c := fs.cache
+	var snaps []snap
+	var upTo redo.LSN
+	c.mu.Lock()
+	for _, b := range blocks {
+		if b.dirty {
+			snaps = append(snaps, snap{b, append([]byte(nil), b.data...), b.gen})
+			upTo = max(upTo, b.lastLSN)
+		}
+	}
+	c.mu.Unlock()
+	if len(snaps) == 0 {
+		return nil
+	}
+	if err := fs.rlog.Wait(ctx, upTo); err != nil {
+		return fs.fail(fmt.Errorf("write log: %w", err))
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, s := range snaps {
+		g.Go(func() error {
+			if err := fs.cfg.Dev.WriteAt(gctx, s.data, s.b.addr); err != nil {
+				return fs.ioError("write back metadata block", s.b.addr, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	for _, s := range snaps {
+		if s.b.gen == s.gen {
+			s.b.dirty = false
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// writeBackAll writes every dirty block back and releases the log space
+// they held.
+func (fs *FS) writeBackAll(ctx context.Context) error {
+	c := fs.cache
+	c.mu.Lock()
+	var dirty []*cblock
+	for _, b := range c.blocks {
+		if b.dirty {
+			dirty = append(dirty, b)
+		}
+	}
+	c.mu.Unlock()
+	if err := fs.writeBack(ctx, dirty); err != nil {
+		return err
+	}
+	fs.releaseLog()
+	return nil
+}
+
+// releaseLog tells the log which records are installed in place: all
+// before the oldest record of a dirty block or of a commit in flight.
+func (fs *FS) releaseLog() {
+	c := fs.cache
+	c.mu.Lock()
+	upTo := c.lastLSN
+	for _, b := range c.blocks {
+		if b.dirty && b.firstLSN-1 < upTo {
+			upTo = b.firstLSN - 1
+		}
+	}
+	for _, floor := range c.inflight {
+		if floor-1 < upTo {
+			upTo = floor - 1
+		}
+	}
+	c.mu.Unlock()
+	if upTo > 0 {
+		fs.rlog.Release(upTo)
+	}
+}
+
+// flushLoop writes dirty blocks back periodically and when the log fills.
+func (fs *FS) flushLoop() {
+	defer fs.flusher.Done()
+	t := newTicker(fs.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-fs.stop:
+			return
+		case <-t.C:
+		case <-fs.pressed:
+		}
+		if fs.failed() != nil {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), fs.cfg.FlushInterval*30)
+		if err := fs.writeBackAll(ctx); err != nil {
+			fs.log.Warn("background write-back failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Revoke is the clerk's callback when lock l must go down to mode to: the
+// blocks it covers are written back, and dropped for None; the kernel is
+// told to drop what it cached. The clerk calls it only while no operation
+// of this node uses the lock.
+func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) error {
+	if l >= flockLockBase {
+		return fs.flocks.revoke(l, to)
+	}
+	c := fs.cache
+	c.mu.Lock()
+	var blocks []*cblock
+	for _, b := range c.byLock[l] {
+		blocks = append(blocks, b)
+	}
+	c.mu.Unlock()
+	if err := fs.writeBack(ctx, blocks); err != nil {
+		if fs.failed() != nil {
+			// A failed node cannot write back; its log will be replayed
+			// by the node that recovers it. Let the lock go.
+			to = lock.None
+		} else {
+			return err
+		}
+	}
+	if to == lock.None {
+		c.mu.Lock()
+		for a, b := range c.byLock[l] {
+			if !b.dirty || fs.failedNoLock() {
+				delete(c.blocks, a)
+				delete(c.byLock[l], a)
+			}
+		}
+		if len(c.byLock[l]) == 0 {
+			delete(c.byLock, l)
+		}
+		c.mu.Unlock()
+	}
+	if l >= inodeLockBase && l < rgLockBase {
+		fs.invalidate(l-inodeLockBase, to)
+	}
+	return nil
+}
+
+func (fs *FS) failedNoLock() bool { return fs.failed() != nil }
+
+func (fs *FS) invalidate(ino uint64, to lock.Mode) {
+	fs.mu.Lock()
+	fn := fs.mu.invalidate
+	fs.mu.Unlock()
+	if fn != nil && to == lock.None {
+		fn(ino, false, "")
+	}
+}
+
+// ioError wraps a volume error; a fenced or lost node stops.
+func (fs *FS) ioError(what string, addr uint64, err error) error {
+	if isFatal(err) {
+		return fs.fail(fmt.Errorf("%s at %#x: %w", what, addr, err))
+	}
+	return fmt.Errorf("%w: %s at %#x: %v", ErrIO, what, addr, err)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package dir
+
+const raceEnabled = false

@@ -1,0 +1,306 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// inlineCap is how many bytes of a regular file stay inside its inode.
+func inlineCap(in *layout.Inode) uint64 { return uint64(layout.InlineBytes - in.XattrBytes()) }
+
+// Read reads from regular file ino at off; short only at end of file.
+func (fs *FS) Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, error) {
+	h, err := fs.acquire(ctx, r(inodeLock(ino)))
+	if err != nil {
+		return 0, err
+	}
+	defer h.release()
+	in, err := fs.newTx(ctx).inode(ino)
+	if err != nil {
+		return 0, err
+	}
+	if !isReg(in) {
+		if isDir(in) {
+			return 0, fmt.Errorf("%w: read of directory %d", ErrIsDir, ino)
+		}
+		return 0, fmt.Errorf("%w: read of inode %d of type %o", ErrInvalid, ino, in.Mode&typeMask)
+	}
+	if off >= in.Size {
+		return 0, nil
+	}
+	n := int(min(uint64(len(p)), in.Size-off))
+	if in.Flags&layout.FlagInline != 0 {
+		clear(p[:n])
+		if off < uint64(len(in.Inline)) {
+			copy(p[:n], in.Inline[off:])
+		}
+		return n, nil
+	}
+	if err := fs.cfg.Dev.ReadAt(ctx, p[:n], layout.ExtentAddr(ino)+off); err != nil {
+		return 0, fs.ioError("read file data", layout.ExtentAddr(ino)+off, err)
+	}
+	return n, nil
+}
+
+// Write writes p to regular file ino at off (at its end with appendMode).
+// The bytes are on the volume before the inode change that covers them is
+// logged (ordered data).
+func (fs *FS) Write(ctx context.Context, ino uint64, p []byte, off uint64, appendMode bool) (int, error) {
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return 0, err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	if err != nil {
+		return 0, err
+	}
+	if !isReg(in) {
+		return 0, fmt.Errorf("%w: write to inode %d of type %o", ErrIsDir, ino, in.Mode&typeMask)
+	}
+	if appendMode {
+		off = in.Size
+	}
+	end := off + uint64(len(p))
+	if end > layout.ExtentBytes || end < off {
+		return 0, fmt.Errorf("%w: end %d past the largest file (%d bytes)", ErrFileTooBig, end, uint64(layout.ExtentBytes))
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if in.Flags&layout.FlagInline != 0 && end <= inlineCap(in) {
+		if end > uint64(len(in.Inline)) {
+			in.Inline = append(in.Inline, make([]byte, end-uint64(len(in.Inline)))...)
+		}
+		copy(in.Inline[off:], p)
+		in.Size = uint64(len(in.Inline))
+	} else {
+		if err := fs.toExtent(ctx, ino, in); err != nil {
+			return 0, err
+		}
+		if err := fs.cfg.Dev.WriteAt(ctx, p, layout.ExtentAddr(ino)+off); err != nil {
+			return 0, fs.ioError("write file data", layout.ExtentAddr(ino)+off, err)
+		}
+		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
+	}
+	now := fs.now()
+	in.Mtime, in.Ctime = now, now
+	killPriv(in)
+	if err := t.putInode(ino, in); err != nil {
+		return 0, err
+	}
+	return len(p), t.commit()
+}
+
+// killPriv clears setuid, and setgid of a group-executable file, as a
+// write or truncate by anyone does on Linux.
+func killPriv(in *layout.Inode) {
+	in.Mode &^= syscall.S_ISUID
+	if in.Mode&syscall.S_IXGRP != 0 {
+		in.Mode &^= syscall.S_ISGID
+	}
+}
+
+// toExtent moves an inline file's bytes to its extent (written before the
+// inode change is logged).
+func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error {
+	if in.Flags&layout.FlagInline == 0 {
+		return nil
+	}
+	if len(in.Inline) > 0 {
+		if err := fs.cfg.Dev.WriteAt(ctx, in.Inline, layout.ExtentAddr(ino)); err != nil {
+			return fs.ioError("move a small file's data to its extent", layout.ExtentAddr(ino), err)
+		}
+		in.HWM = max(in.HWM, uint64(len(in.Inline)))
+	}
+	in.Inline = nil
+	in.Flags &^= layout.FlagInline
+	return nil
+}
+
+// truncate sets regular file ino's size. Bytes past the new end are
+// cleared on the volume before the size is logged, so a later extension
+// reads zeros even after a crash.
+func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size uint64) error {
+	if size > layout.ExtentBytes {
+		return fmt.Errorf("%w: size %d past the largest file", ErrFileTooBig, size)
+	}
+	if in.Flags&layout.FlagInline != 0 {
+		if size <= inlineCap(in) {
+			if size <= uint64(len(in.Inline)) {
+				in.Inline = in.Inline[:size]
+			} else {
+				in.Inline = append(in.Inline, make([]byte, size-uint64(len(in.Inline)))...)
+			}
+			in.Size = size
+			return nil
+		}
+		if err := fs.toExtent(ctx, ino, in); err != nil {
+			return err
+		}
+	}
+	if size < in.HWM {
+		if err := fs.zeroRange(ctx, ino, size, in.HWM); err != nil {
+			return err
+		}
+		in.HWM = size
+	}
+	in.Size = size
+	return nil
+}
+
+// zeroRange makes [from, to) of ino's extent read as zeros: the partial
+// blocks at the ends are overwritten, the whole blocks decommitted.
+func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
+	const bs = layout.BlockBytes
+	base := layout.ExtentAddr(ino)
+	first := (from + bs - 1) / bs * bs
+	last := to / bs * bs
+	if first >= last {
+		z := make([]byte, to-from)
+		return fs.wrap(fs.cfg.Dev.WriteAt(ctx, z, base+from), "clear file bytes", base+from)
+	}
+	if from < first {
+		z := make([]byte, first-from)
+		if err := fs.cfg.Dev.WriteAt(ctx, z, base+from); err != nil {
+			return fs.ioError("clear file bytes", base+from, err)
+		}
+	}
+	if last < to {
+		z := make([]byte, to-last)
+		if err := fs.cfg.Dev.WriteAt(ctx, z, base+last); err != nil {
+			return fs.ioError("clear file bytes", base+last, err)
+		}
+	}
+	return fs.wrap(fs.cfg.Dev.Decommit(ctx, base+first, last-first), "free file blocks", base+first)
+}
+
+func (fs *FS) wrap(err error, what string, addr uint64) error {
+	if err == nil {
+		return nil
+	}
+	return fs.ioError(what, addr, err)
+}
+
+// Setattr changes inode ino's attributes.
+func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error) {
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return Attr{}, err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	now := fs.now()
+	if set.Size != nil {
+		switch {
+		case isDir(in):
+			return Attr{}, fmt.Errorf("%w: truncate of directory %d", ErrIsDir, ino)
+		case !isReg(in):
+			return Attr{}, fmt.Errorf("%w: truncate of inode %d of type %o", ErrInvalid, ino, in.Mode&typeMask)
+		}
+		if *set.Size != in.Size {
+			if err := fs.truncate(ctx, ino, in, *set.Size); err != nil {
+				return Attr{}, err
+			}
+		}
+		in.Mtime = now
+		killPriv(in)
+	}
+	if set.Mode != nil {
+		in.Mode = in.Mode&typeMask | *set.Mode&0o7777
+	}
+	if set.Uid != nil {
+		in.Uid = *set.Uid
+	}
+	if set.Gid != nil {
+		in.Gid = *set.Gid
+	}
+	if set.Atime != nil {
+		in.Atime = fromTime(*set.Atime)
+	}
+	if set.Mtime != nil {
+		in.Mtime = fromTime(*set.Mtime)
+	}
+	in.Ctime = now
+	if err := t.putInode(ino, in); err != nil {
+		return Attr{}, err
+	}
+	if err := t.commit(); err != nil {
+		return Attr{}, err
+	}
+	return attrOf(ino, in), nil
+}
+
+// Fsync makes every change made on this node so far durable. File data
+// are durable when Write returns; the log holds the rest.
+func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error { return fs.Sync(ctx) }
+
+// Fallocate modes, as fallocate(2).
+const (
+	fallocKeepSize  = 0x01
+	fallocPunchHole = 0x02
+	fallocZeroRange = 0x10
+)
+
+// Fallocate reserves (mode 0: extends the size; the volume is sparse and
+// allocates on write), punches holes or zeroes ranges.
+func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mode uint32) error {
+	end := off + length
+	if length == 0 || end < off {
+		return fmt.Errorf("%w: fallocate length %d", ErrInvalid, length)
+	}
+	if end > layout.ExtentBytes {
+		return fmt.Errorf("%w: fallocate past the largest file", ErrFileTooBig)
+	}
+	switch mode {
+	case 0, fallocKeepSize, fallocPunchHole | fallocKeepSize, fallocZeroRange, fallocZeroRange | fallocKeepSize:
+	default:
+		return fmt.Errorf("%w: fallocate mode %#x", ErrNotSupported, mode)
+	}
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	if err != nil {
+		return err
+	}
+	if !isReg(in) {
+		return fmt.Errorf("%w: fallocate on inode %d of type %o", ErrNotSupported, ino, in.Mode&typeMask)
+	}
+	if mode&(fallocPunchHole|fallocZeroRange) != 0 {
+		zend := min(end, in.Size)
+		if in.Flags&layout.FlagInline != 0 {
+			if off < zend {
+				clear(in.Inline[off:zend])
+			}
+		} else if off < min(zend, in.HWM) {
+			if err := fs.zeroRange(ctx, ino, off, min(zend, in.HWM)); err != nil {
+				return err
+			}
+		}
+	}
+	if mode&fallocKeepSize == 0 && end > in.Size {
+		if err := fs.truncate(ctx, ino, in, end); err != nil {
+			return err
+		}
+	}
+	in.Ctime = fs.now()
+	if mode != fallocKeepSize {
+		in.Mtime = in.Ctime
+	}
+	if err := t.putInode(ino, in); err != nil {
+		return err
+	}
+	return t.commit()
+}

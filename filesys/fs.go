@@ -1,0 +1,254 @@
+// Package filesys is the file system every fs node runs over one shared
+// volume (DESIGN.md §4, Frangipani §3-5, GFS, Calaveras §3-6): inodes in
+// one block each at fixed addresses, data in one sparse extent per inode,
+// hashed directories (filesys/dir), resource groups for allocation, and a
+// redo log per node (filesys/redo) that any node replays after a crash.
+//
+// Nodes never talk to each other: they share blocks through the volume and
+// keep their caches coherent with the lock service. A read lock lets a node
+// cache what the lock covers; a write lock lets it change it. When another
+// node needs a lock, Revoke writes the node's changes back (after their log
+// records are durable) and drops the cache.
+//
+// Guarantee: a call that returned is visible to every node; after fsync
+// (or Sync) returns, every change made before it survives a crash of this
+// node; file data reach the volume before the metadata that makes them
+// visible. The API is by inode number; the FUSE adapter (frontend/fuse)
+// maps it to the kernel's, and errno values never appear here.
+package filesys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+	"github.com/plumeria-fs/plumeria/filesys/redo"
+	"github.com/plumeria-fs/plumeria/lock"
+)
+
+// Device is the shared volume, as the volume client provides it.
+type Device interface {
+	ReadAt(ctx context.Context, p []byte, off uint64) error  // never-written bytes read as zeros
+	WriteAt(ctx context.Context, p []byte, off uint64) error // durable on every replica when it returns
+	Decommit(ctx context.Context, off, n uint64) error       // the range reads as zeros afterwards
+}
+
+// Locker is the lock service's clerk, as lock/clerk provides it: Acquire
+// pins a lock in a mode until Unpin; the clerk calls back Revoke (through
+// the owner's wiring) before it gives a lock up.
+type Locker interface {
+	Acquire(ctx context.Context, table string, l uint64, mode lock.Mode) error
+	Unpin(table string, l uint64, mode lock.Mode)
+}
+
+// Config configures an FS.
+type Config struct {
+	Dev     Device
+	Locker  Locker
+	Table   string // lock table: one per volume
+	ID      string // this node's clerk id (the volume's writer id)
+	Session uint64 // this node's lock session
+	// FlushInterval bounds how long a change stays only in memory: the log
+	// is written and dirty blocks written back at least this often.
+	// 0: one second.
+	FlushInterval time.Duration
+	// Capacity reports the volume's usable bytes and free bytes for statfs.
+	Capacity func(ctx context.Context) (total, free uint64, err error)
+	Logger   *slog.Logger
+	Now      func() time.Time // nil: time.Now
+}
+
+// FS is one node's file system. Safe for concurrent use.
+type FS struct {
+	cfg   Config
+	log   *slog.Logger
+	super layout.Super
+	slot  int
+	rlog  *redo.Log
+	cache *cache
+	locks *localLocks
+	rg    int // the resource group this node allocates from first
+
+	mu struct {
+		sync.Mutex
+		failed     error           // sticky: lease lost, fenced, log failed
+		opens      map[uint64]int  // local opens by inode
+		orphans    map[uint64]bool // unlinked while open here: freed on last close
+		invalidate func(ino uint64, dir bool, name string)
+		statfs     statfsCache
+	}
+	flocks  *fileLocks
+	stop    chan struct{}
+	flusher sync.WaitGroup
+	pressed chan struct{} // capacity 1: the log asks for write-back
+}
+
+// Lock ids within the volume's table. Ids below inodeLockBase are global
+// locks; an inode's lock covers the inode, its data and, for a directory,
+// its hash table. Operations acquire their locks in increasing id order.
+const (
+	barrierLock   = 0  // held shared by every change; exclusive for snapshots
+	renameLock    = 1  // serialises moves of directories between parents (cycle checks)
+	slotTableLock = 2  // log slot headers
+	inodeLockBase = 16 // + inode number
+	rgLockBase    = 1 << 32
+	flockLockBase = 1 << 40 // + inode number: BSD flocks across nodes
+	posixLockBase = 1 << 41 // + inode number: POSIX record locks across nodes
+)
+
+func inodeLock(ino uint64) uint64 { return inodeLockBase + ino }
+func rgLock(g int) uint64         { return rgLockBase + uint64(g) }
+
+// ErrNotFormatted means the volume holds no file system.
+var ErrNotFormatted = layout.ErrNoFS
+
+// Open mounts the file system of cfg.Dev on this node: it reads the
+// superblock, claims a free log slot and starts the log. The caller has
+// opened cfg.Table on the clerk; Revoke and Recover must be routed here.
+func Open(ctx context.Context, cfg Config) (*FS, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.FlushInterval == 0 {
+		cfg.FlushInterval = time.Second
+	}
+	fs := &FS{cfg: cfg, log: cfg.Logger, cache: newCache(), locks: newLocalLocks(), flocks: newFileLocks(),
+		stop: make(chan struct{}), pressed: make(chan struct{}, 1)}
+	fs.mu.opens = map[uint64]int{}
+	fs.mu.orphans = map[uint64]bool{}
+	b := make([]byte, layout.BlockBytes)
+	if err := cfg.Dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
+		return nil, fmt.Errorf("read superblock: %w", err)
+	}
+	s, err := layout.DecodeSuper(b)
+	if err != nil {
+		return nil, err
+	}
+	fs.super = s
+	fs.rg = int(hashString(cfg.ID) % layout.RGsMax)
+	if fs.slot, err = fs.claimSlot(ctx); err != nil {
+		return nil, err
+	}
+	fs.rlog, err = redo.Open(ctx, cfg.Dev, fs.logOptions(fs.slot))
+	if err != nil {
+		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
+	}
+	fs.flusher.Add(1)
+	go fs.flushLoop()
+	return fs, nil
+}
+
+func (fs *FS) logOptions(slot int) redo.Options {
+	return redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes,
+		FlushInterval: fs.cfg.FlushInterval / 4,
+		OnPressure: func() {
+			select {
+			case fs.pressed <- struct{}{}:
+			default:
+			}
+		}}
+}
+
+// Close writes everything back, leaves an empty log, frees the log slot
+// and stops. The caller then closes the clerk session (releasing locks).
+func (fs *FS) Close(ctx context.Context) error {
+	select {
+	case <-fs.stop:
+	default:
+		close(fs.stop)
+	}
+	fs.flusher.Wait()
+	err := fs.writeBackAll(ctx)
+	if err == nil {
+		err = fs.rlog.Close(ctx)
+	} else {
+		fs.rlog.Close(ctx)
+	}
+	if err == nil {
+		err = fs.freeSlot(ctx, fs.slot, fs.cfg.ID, fs.cfg.Session)
+	}
+	if err != nil {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	return nil
+}
+
+// Sync makes every change made so far durable (the log), as fsync does.
+func (fs *FS) Sync(ctx context.Context) error {
+	if err := fs.failed(); err != nil {
+		return err
+	}
+	if err := fs.rlog.Sync(ctx); err != nil {
+		return fs.fail(fmt.Errorf("sync log: %w", err))
+	}
+	return nil
+}
+
+// SetInvalidator registers the callback told when a lock leaves this node:
+// the kernel must drop what it cached under it.
+func (fs *FS) SetInvalidator(fn func(ino uint64, dir bool, name string)) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.mu.invalidate = fn
+}
+
+// LogStats reports the redo log's counters (the batching factor of group
+// commit is Records/Batches).
+func (fs *FS) LogStats() redo.Stats { return fs.rlog.Stats() }
+
+// fail records a fatal error (lease lost, fenced, log failed): every later
+// call returns ErrIO until the node remounts.
+func (fs *FS) fail(err error) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.mu.failed == nil {
+		fs.log.Error("file system stops: remount needed", "err", err)
+		fs.mu.failed = err
+	}
+	return fmt.Errorf("%w: %v", ErrIO, err)
+}
+
+func (fs *FS) failed() error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.mu.failed != nil {
+		return fmt.Errorf("%w: %v", ErrIO, fs.mu.failed)
+	}
+	return nil
+}
+
+// LeaseLost tells the file system its lock session ended.
+func (fs *FS) LeaseLost() { fs.fail(errors.New("lock lease lost")) }
+
+func (fs *FS) now() layout.Time {
+	t := fs.cfg.Now()
+	return layout.Time{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())}
+}
+
+func hashString(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// Halt stops the node at once without writing anything back, as a crash
+// would (for tests): its log is left for another node to replay.
+func (fs *FS) Halt() {
+	fs.fail(errors.New("halted"))
+	select {
+	case <-fs.stop:
+	default:
+		close(fs.stop)
+	}
+	fs.flusher.Wait()
+}

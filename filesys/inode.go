@@ -1,0 +1,224 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/dir"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// File type bits, as stat(2).
+const (
+	typeMask = syscall.S_IFMT
+	typeDir  = syscall.S_IFDIR
+	typeReg  = syscall.S_IFREG
+	typeLnk  = syscall.S_IFLNK
+)
+
+func isDir(in *layout.Inode) bool { return in.Mode&typeMask == typeDir }
+func isReg(in *layout.Inode) bool { return in.Mode&typeMask == typeReg }
+
+// inode reads inode ino; the caller holds its lock. A free inode is
+// ErrNotFound (a stale number).
+func (t *tx) inode(ino uint64) (*layout.Inode, error) {
+	if !layout.ValidIno(ino) {
+		return nil, fmt.Errorf("%w: inode %d", ErrStale, ino)
+	}
+	b, err := t.read(layout.InodeAddr(ino), inodeLock(ino))
+	if err != nil {
+		return nil, err
+	}
+	in, _, err := layout.DecodeInode(b, ino)
+	if err != nil {
+		return nil, fmt.Errorf("%w: inode %d: %v", ErrIO, ino, err)
+	}
+	if in.Free() {
+		return nil, fmt.Errorf("%w: inode %d was deleted", ErrNotFound, ino)
+	}
+	return in, nil
+}
+
+// putInode stages in as inode ino's new content.
+func (t *tx) putInode(ino uint64, in *layout.Inode) error {
+	b, err := t.write(layout.InodeAddr(ino), inodeLock(ino))
+	if err != nil {
+		return err
+	}
+	if !in.Fits() {
+		return fmt.Errorf("%w: inode %d is full (inline data, directory root and xattrs share %d bytes)", ErrNoSpace, ino, layout.InlineBytes)
+	}
+	return layout.EncodeInode(b, ino, layout.Version(b), in)
+}
+
+func toTime(t layout.Time) time.Time { return time.Unix(t.Sec, int64(t.Nsec)) }
+func fromTime(t time.Time) layout.Time {
+	return layout.Time{Sec: t.Unix(), Nsec: uint32(t.Nanosecond())}
+}
+
+func attrOf(ino uint64, in *layout.Inode) Attr {
+	a := Attr{Ino: ino, Gen: in.Gen, Mode: in.Mode, Nlink: in.Nlink, Uid: in.Uid, Gid: in.Gid, Rdev: in.Rdev,
+		Size: in.Size, Atime: toTime(in.Atime), Mtime: toTime(in.Mtime), Ctime: toTime(in.Ctime)}
+	used := min(in.Size, in.HWM)
+	if in.Flags&layout.FlagInline != 0 {
+		used = uint64(len(in.Inline))
+	}
+	a.Blocks = (used + 511) / 512
+	return a
+}
+
+// dirOf decodes directory in's root.
+func dirOf(ino uint64, in *layout.Inode) (*dir.Dir, error) {
+	if !isDir(in) {
+		return nil, fmt.Errorf("%w: inode %d", ErrNotDir, ino)
+	}
+	d, err := dir.Decode(in.Inline, inlineMax(in))
+	if err != nil {
+		return nil, fmt.Errorf("%w: directory %d: %v", ErrIO, ino, err)
+	}
+	return d, nil
+}
+
+func inlineMax(in *layout.Inode) int { return layout.InlineBytes - in.XattrBytes() }
+
+// dirBlocks gives filesys/dir the blocks of directory ino through tx t.
+type dirBlocks struct {
+	t   *tx
+	ino uint64
+}
+
+func (d dirBlocks) Read(n uint64) ([]byte, error) {
+	if n >= layout.DirBlocksMax {
+		return nil, fmt.Errorf("%w: directory %d block %d out of range", ErrIO, d.ino, n)
+	}
+	b, err := d.t.read(layout.DirBlockAddr(d.ino, n), inodeLock(d.ino))
+	if err != nil {
+		return nil, err
+	}
+	h, err := layout.DecodeHeader(b)
+	if err != nil || (h.Kind != layout.KindNone && (h.Kind != layout.KindDir || h.Owner != d.ino)) {
+		return nil, fmt.Errorf("%w: directory %d block %d: %v (kind %v)", ErrIO, d.ino, n, err, h.Kind)
+	}
+	return b[layout.HeaderBytes:], nil
+}
+
+func (d dirBlocks) Write(n uint64, p []byte) error {
+	b, err := d.t.write(layout.DirBlockAddr(d.ino, n), inodeLock(d.ino))
+	if err != nil {
+		return err
+	}
+	layout.PutHeader(b, layout.Header{Kind: layout.KindDir, Version: layout.Version(b), Owner: d.ino, Index: n})
+	copy(b[layout.HeaderBytes:], p)
+	return nil
+}
+
+// saveDir stores directory d's root back into its inode.
+func saveDir(in *layout.Inode, d *dir.Dir) { in.Inline = d.Encode() }
+
+// allocInode allocates an inode in a resource group this operation holds
+// (h holds rgLock(g) in write mode) and takes its lock. Taking the new
+// inode's lock out of order cannot deadlock: the inode is free, so no
+// other operation holds it while waiting for a lock this one holds (a
+// deleter that freed it released the group before we could see it free).
+func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layout.Inode) *layout.Inode) (uint64, *layout.Inode, error) {
+	b, err := t.write(layout.RGAddr(g), rgLock(g))
+	if err != nil {
+		return 0, nil, err
+	}
+	rg, err := layout.DecodeRG(b, g)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: resource group %d: %v", ErrIO, g, err)
+	}
+	i := rg.FindFree(int(fs.nextHint(g)))
+	if i < 0 {
+		return 0, nil, errGroupFull
+	}
+	ino := uint64(g)*layout.InodesPerRG + uint64(i)
+	if err := h.add(t.ctx, w(inodeLock(ino))); err != nil {
+		return 0, nil, err
+	}
+	ib, err := t.read(layout.InodeAddr(ino), inodeLock(ino))
+	if err != nil {
+		return 0, nil, err
+	}
+	old, _, err := layout.DecodeInode(ib, ino)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: inode %d: %v", ErrIO, ino, err)
+	}
+	if !old.Free() {
+		// The bitmap is the authority: an inode left by an earlier format
+		// (format --force) or lost by a repaired bitmap is reused.
+		fs.log.Warn("reusing an inode that is free in its group's bitmap but not in its block", "ino", ino)
+	}
+	if old.HWM > 0 {
+		// Bytes of an earlier file at this number may remain after a
+		// crash: clear them before the number is reused.
+		if err := fs.cfg.Dev.Decommit(t.ctx, layout.ExtentAddr(ino), old.HWM); err != nil {
+			return 0, nil, fs.ioError("clear a reused extent", layout.ExtentAddr(ino), err)
+		}
+	}
+	rg.Set(i)
+	rg.Encode(b, g, layout.Version(b))
+	in := init(ino, old)
+	in.Gen = old.Gen + 1
+	if err := t.putInode(ino, in); err != nil {
+		return 0, nil, err
+	}
+	return ino, in, nil
+}
+
+var errGroupFull = fmt.Errorf("%w: resource group full", ErrNoSpace)
+
+func (fs *FS) nextHint(g int) uint32 { return 0 }
+
+// freeInode marks inode ino free in its group (h holds the group's lock)
+// and stages the free inode, keeping its generation and high-water mark.
+func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
+	g := layout.RGOf(ino)
+	b, err := t.write(layout.RGAddr(g), rgLock(g))
+	if err != nil {
+		return err
+	}
+	rg, err := layout.DecodeRG(b, g)
+	if err != nil {
+		return fmt.Errorf("%w: resource group %d: %v", ErrIO, g, err)
+	}
+	rg.Clear(int(ino % layout.InodesPerRG))
+	rg.Encode(b, g, layout.Version(b))
+	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM})
+}
+
+// clearExtent decommits a freed regular file's data and records that the
+// extent is clean. Best effort: a later allocation clears it otherwise.
+func (fs *FS) clearExtent(ctx context.Context, ino uint64, hwm uint64) {
+	if hwm == 0 {
+		return
+	}
+	if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), hwm); err != nil {
+		fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
+		return
+	}
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	b, err := t.read(layout.InodeAddr(ino), inodeLock(ino))
+	if err != nil {
+		return
+	}
+	in, _, err := layout.DecodeInode(b, ino)
+	if err != nil || !in.Free() || in.HWM != hwm {
+		return
+	}
+	in.HWM = 0
+	if t.putInode(ino, in) == nil {
+		t.commit()
+	}
+}
+
+// A directory's blocks fit its region.
+const _ = uint64(layout.DirBlocksMax - dir.MaxBlocks)

@@ -1,0 +1,191 @@
+package layout
+
+import (
+	"encoding/binary"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Inode payload (inode n at InodeAddr(n), one block: GFS dinode), after
+// the header, little-endian:
+//
+//	  0        4         8       12      16       20        24          32        40        48
+//	| mode u32 | nlink u32 | uid u32 | gid u32 | rdev u32 | flags u32 | size u64 | hwm u64 | gen u64 |
+//	 48                 60                 72                 84            86           88           96
+//	| atime s i64 ns u32 | mtime s i64 ns u32 | ctime s i64 ns u32 | inline u16 | xattrs u16 | parent u64 | zero |
+//	 128
+//	| inline bytes | xattr bytes | zero ... | (InlineBytes in all)
+//
+// mode 0 means the inode is free (its group bit is clear too). hwm is the
+// extent's high-water mark: no byte of the extent at or beyond it was ever
+// written, so an inode being reused decommits [0, hwm) first. gen is bumped
+// on every reuse of the number. parent is a directory's parent directory
+// (its ".."; 0 for other types). The inline area holds, by type: a regular
+// file's bytes while they fit (flag FlagInline), a symlink's target, or a
+// directory's root (filesys/dir; the entries of a small directory). xattrs
+// follow the inline bytes: count u16, then per attribute nameLen u8,
+// valueLen u16, name, value.
+// Part of format version 1: never edit; add a version instead.
+const (
+	inodeFieldsBytes = 128
+	InlineBytes      = PayloadBytes - inodeFieldsBytes // 3904
+
+	FlagInline = 1 << 0 // a regular file's data is in the inline area
+
+	XattrNameMax = 255
+)
+
+// Inode is a decoded inode block.
+type Inode struct {
+	Mode, Nlink, Uid, Gid, Rdev, Flags uint32
+	Size, HWM, Gen, Parent             uint64
+	Atime, Mtime, Ctime                Time
+	Inline                             []byte // data, symlink target or directory root
+	Xattrs                             []Xattr
+}
+
+// Time is a timestamp as stored: seconds and nanoseconds since the epoch.
+type Time struct {
+	Sec  int64
+	Nsec uint32
+}
+
+// Xattr is one extended attribute.
+type Xattr struct {
+	Name  string
+	Value []byte
+}
+
+// Free reports whether the inode is unallocated.
+func (in *Inode) Free() bool { return in.Mode == 0 }
+
+// XattrBytes is the encoded size of the inode's xattrs.
+func (in *Inode) XattrBytes() int {
+	if len(in.Xattrs) == 0 {
+		return 0
+	}
+	n := 2
+	for _, x := range in.Xattrs {
+		n += 3 + len(x.Name) + len(x.Value)
+	}
+	return n
+}
+
+// Fits reports whether the inline bytes and xattrs fit in the block.
+func (in *Inode) Fits() bool { return len(in.Inline)+in.XattrBytes() <= InlineBytes }
+
+// EncodeInode writes in as inode ino's block into b (len BlockBytes).
+func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
+	if !in.Fits() {
+		return fmt.Errorf("layout: inode %d: %d inline bytes and %d of xattrs exceed %d", ino, len(in.Inline), in.XattrBytes(), InlineBytes)
+	}
+	clear(b)
+	PutHeader(b, Header{Kind: KindInode, Version: version, Owner: ino})
+	p := b[HeaderBytes:]
+	le := binary.LittleEndian
+	le.PutUint32(p[0:], in.Mode)
+	le.PutUint32(p[4:], in.Nlink)
+	le.PutUint32(p[8:], in.Uid)
+	le.PutUint32(p[12:], in.Gid)
+	le.PutUint32(p[16:], in.Rdev)
+	le.PutUint32(p[20:], in.Flags)
+	le.PutUint64(p[24:], in.Size)
+	le.PutUint64(p[32:], in.HWM)
+	le.PutUint64(p[40:], in.Gen)
+	putTime(p[48:], in.Atime)
+	putTime(p[60:], in.Mtime)
+	putTime(p[72:], in.Ctime)
+	le.PutUint16(p[84:], uint16(len(in.Inline)))
+	le.PutUint16(p[86:], uint16(in.XattrBytes()))
+	le.PutUint64(p[88:], in.Parent)
+	q := p[inodeFieldsBytes:]
+	n := copy(q, in.Inline)
+	if len(in.Xattrs) > 0 {
+		le.PutUint16(q[n:], uint16(len(in.Xattrs)))
+		n += 2
+		for _, x := range in.Xattrs {
+			q[n] = byte(len(x.Name))
+			le.PutUint16(q[n+1:], uint16(len(x.Value)))
+			n += 3
+			n += copy(q[n:], x.Name)
+			n += copy(q[n:], x.Value)
+		}
+	}
+	return nil
+}
+
+func putTime(b []byte, t Time) {
+	binary.LittleEndian.PutUint64(b, uint64(t.Sec))
+	binary.LittleEndian.PutUint32(b[8:], t.Nsec)
+}
+
+func getTime(b []byte) Time {
+	return Time{Sec: int64(binary.LittleEndian.Uint64(b)), Nsec: binary.LittleEndian.Uint32(b[8:])}
+}
+
+// DecodeInode reads inode ino's block. A never-written block decodes as a
+// free inode (version 0).
+func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
+	h, err := DecodeHeader(b)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case h.Kind == KindNone:
+		return &Inode{}, 0, nil
+	case h.Kind != KindInode || h.Owner != ino:
+		return nil, 0, fmt.Errorf("%w: a %v block of %d where inode %d belongs", ErrCorrupt, h.Kind, h.Owner, ino)
+	}
+	p := b[HeaderBytes:]
+	le := binary.LittleEndian
+	in := &Inode{
+		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
+		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
+		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]),
+		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
+	}
+	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
+	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes {
+		return nil, 0, fmt.Errorf("%w: inode %d sizes (inline %d, xattrs %d, size %d)", ErrCorrupt, ino, nIn, nX, in.Size)
+	}
+	q := p[inodeFieldsBytes:]
+	if nIn > 0 {
+		in.Inline = append([]byte(nil), q[:nIn]...)
+	}
+	if nX > 0 {
+		xs, err := decodeXattrs(q[nIn : nIn+nX])
+		if err != nil {
+			return nil, 0, fmt.Errorf("%w: inode %d xattrs: %v", ErrCorrupt, ino, err)
+		}
+		in.Xattrs = xs
+	}
+	return in, h.Version, nil
+}
+
+func decodeXattrs(b []byte) ([]Xattr, error) {
+	if len(b) < 2 {
+		return nil, fmt.Errorf("short")
+	}
+	le := binary.LittleEndian
+	n := int(le.Uint16(b))
+	b = b[2:]
+	if n == 0 {
+		return nil, fmt.Errorf("empty attribute list stored")
+	}
+	xs := make([]Xattr, 0, min(n, 64))
+	for i := 0; i < n; i++ {
+		if len(b) < 3 {
+			return nil, fmt.Errorf("attribute %d truncated", i)
+		}
+		nl, vl := int(b[0]), int(le.Uint16(b[1:]))
+		b = b[3:]
+		if nl == 0 || len(b) < nl+vl || !utf8.Valid(b[:nl]) {
+			return nil, fmt.Errorf("attribute %d truncated or bad name", i)
+		}
+		xs = append(xs, Xattr{Name: string(b[:nl]), Value: append([]byte{}, b[nl:nl+vl]...)})
+		b = b[nl+vl:]
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(b))
+	}
+	return xs, nil
+}

@@ -1,0 +1,108 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+	"github.com/plumeria-fs/plumeria/filesys/redo"
+)
+
+// Recover is the clerk's callback when this node must replay the log of a
+// dead node; see RecoverLog.
+func (fs *FS) Recover(ctx context.Context, table, dead string, session uint64) error {
+	return RecoverLog(ctx, fs.cfg.Dev, dead, session, fs.log)
+}
+
+// RecoverLog replays the logs of a dead node (clerk dead, sessions up to
+// session) and frees their slots. The lock service holds the dead node's
+// locks until it returns nil, and the caller holds the dead node's log
+// lock. It needs no mounted file system and takes no lock: the dead
+// node's locks, the slot table lock among them, are held until it is done,
+// and its slots cannot change (it is fenced). Replay (Calaveras §6): the
+// records are coalesced per block and sorted by address; each block is read
+// once, every change newer than the block's version applied, and the block
+// written once.
+func RecoverLog(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger) error {
+	b := make([]byte, layout.BlockBytes)
+	if err := dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
+		return fmt.Errorf("read superblock: %w", err)
+	}
+	super, err := layout.DecodeSuper(b)
+	if err != nil {
+		return err
+	}
+	slots, vers, err := readSlots(ctx, dev, super.UUID)
+	if err != nil {
+		return err
+	}
+	for i, s := range slots {
+		if !s.Used || s.Name != dead || s.Session > session {
+			continue
+		}
+		n, err := ReplayLog(ctx, dev, i)
+		if err != nil {
+			return fmt.Errorf("replay log slot %d of %s: %w", i, dead, err)
+		}
+		log.Info("recovered a dead node's log", "node", dead, "session", s.Session, "slot", i, "blocks", n)
+		if err := dev.WriteAt(ctx, layout.EncodeSlot(i, layout.Slot{}, vers[i]+1), layout.SlotAddr(i)); err != nil {
+			return fmt.Errorf("free log slot %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// ReplayLog applies log slot i's unreleased records to the blocks in
+// place and returns how many blocks it wrote. fsck uses it too.
+func ReplayLog(ctx context.Context, dev Device, slot int) (int, error) {
+	recs, err := redo.Recover(ctx, dev, redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes})
+	if err != nil {
+		return 0, err
+	}
+	plan := redo.Plan(recs)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	written := make([]bool, len(plan))
+	for k, blk := range plan {
+		g.Go(func() error {
+			b := make([]byte, layout.BlockBytes)
+			if err := dev.ReadAt(gctx, b, blk.Addr); err != nil {
+				return fmt.Errorf("read block %#x: %w", blk.Addr, err)
+			}
+			cur := layout.Version(b)
+			v := cur
+			for _, u := range blk.Updates {
+				if u.Version <= cur {
+					continue
+				}
+				if int(u.Off)+len(u.Data) > layout.BlockBytes {
+					return fmt.Errorf("log record for block %#x passes its end", blk.Addr)
+				}
+				copy(b[u.Off:], u.Data)
+				v = max(v, u.Version)
+			}
+			if v == cur {
+				return nil
+			}
+			layout.SetVersion(b, v)
+			written[k] = true
+			if err := dev.WriteAt(gctx, b, blk.Addr); err != nil {
+				return fmt.Errorf("write block %#x: %w", blk.Addr, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, x := range written {
+		if x {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,207 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/plumeria-fs/plumeria/filesys/dir"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// LinksMax bounds an inode's link count.
+const LinksMax = 65000
+
+// Unlink removes name (not a directory) from parent.
+func (fs *FS) Unlink(ctx context.Context, parent uint64, name string) error {
+	return fs.remove(ctx, parent, name, false)
+}
+
+// Rmdir removes the empty directory name from parent.
+func (fs *FS) Rmdir(ctx context.Context, parent uint64, name string) error {
+	return fs.remove(ctx, parent, name, true)
+}
+
+func (fs *FS) remove(ctx context.Context, parent uint64, name string, rmdir bool) error {
+	for {
+		e, err := fs.lookupEntry(ctx, parent, name)
+		if err != nil {
+			return err
+		}
+		h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(parent)), w(inodeLock(e.Ino)), w(rgLock(layout.RGOf(e.Ino))))
+		if err != nil {
+			return err
+		}
+		freed, hwm, retry, err := fs.removeLocked(ctx, parent, name, e.Ino, rmdir)
+		h.release()
+		if retry {
+			continue
+		}
+		if err == nil && freed {
+			fs.clearExtent(ctx, e.Ino, hwm)
+		}
+		return err
+	}
+}
+
+func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino uint64, rmdir bool) (freed bool, hwm uint64, retry bool, err error) {
+	t := fs.newTx(ctx)
+	o := newOpInodes(t)
+	pin, d, err := o.dir(parent)
+	if err != nil {
+		return false, 0, false, err
+	}
+	blocks := dirBlocks{t, parent}
+	e, ok, err := d.Lookup(blocks, name)
+	switch {
+	case err != nil:
+		return false, 0, false, dirError(err, name)
+	case !ok:
+		return false, 0, false, fmt.Errorf("%w: %q", ErrNotFound, name)
+	case e.Ino != ino:
+		return false, 0, true, nil // replaced meanwhile
+	}
+	cin, err := o.get(ino)
+	if err != nil {
+		return false, 0, false, err
+	}
+	now := fs.now()
+	if rmdir {
+		cd, err := dirOf(ino, cin)
+		if err != nil {
+			return false, 0, false, err
+		}
+		if cd.Len() > 0 {
+			return false, 0, false, fmt.Errorf("%w: %q", ErrNotEmpty, name)
+		}
+		pin.Nlink--
+		cin.Nlink = 0
+	} else {
+		if isDir(cin) {
+			return false, 0, false, fmt.Errorf("%w: %q", ErrIsDir, name)
+		}
+		cin.Nlink--
+	}
+	if _, err := d.Remove(blocks, name); err != nil {
+		return false, 0, false, dirError(err, name)
+	}
+	saveDir(pin, d)
+	pin.Mtime, pin.Ctime = now, now
+	cin.Ctime = now
+	o.mark(parent)
+	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(ino)) {
+		o.mark(ino)
+	} else {
+		delete(o.m, ino)
+		if err := fs.freeInode(t, ino, cin); err != nil {
+			return false, 0, false, err
+		}
+		freed, hwm = isReg(cin), cin.HWM
+	}
+	if err := o.put(); err != nil {
+		return false, 0, false, err
+	}
+	return freed, hwm, false, t.commit()
+}
+
+// keepOrphan reports whether ino is open here; if so it is freed on its
+// last Release instead of now.
+func (fs *FS) keepOrphan(ino uint64) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.mu.opens[ino] > 0 {
+		fs.mu.orphans[ino] = true
+		return true
+	}
+	return false
+}
+
+// Open records one more local open of ino.
+func (fs *FS) Open(ctx context.Context, ino uint64) error {
+	fs.mu.Lock()
+	fs.mu.opens[ino]++
+	fs.mu.Unlock()
+	return nil
+}
+
+// Release records the end of one local open; the last close of an
+// unlinked file frees it.
+func (fs *FS) Release(ctx context.Context, ino uint64) {
+	fs.mu.Lock()
+	fs.mu.opens[ino]--
+	last := fs.mu.opens[ino] <= 0
+	orphan := last && fs.mu.orphans[ino]
+	if last {
+		delete(fs.mu.opens, ino)
+		delete(fs.mu.orphans, ino)
+	}
+	fs.mu.Unlock()
+	if !orphan {
+		return
+	}
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino))))
+	if err != nil {
+		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
+		return
+	}
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	var hwm uint64
+	if err == nil && in.Nlink == 0 {
+		hwm = in.HWM
+		if err = fs.freeInode(t, ino, in); err == nil {
+			err = t.commit()
+		}
+	}
+	h.release()
+	if err != nil {
+		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
+		return
+	}
+	fs.clearExtent(ctx, ino, hwm)
+}
+
+// Link makes name in parent a new link to ino.
+func (fs *FS) Link(ctx context.Context, ino, parent uint64, name string) (Attr, error) {
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(parent)), w(inodeLock(ino)))
+	if err != nil {
+		return Attr{}, err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	o := newOpInodes(t)
+	pin, d, err := o.dir(parent)
+	if err != nil {
+		return Attr{}, err
+	}
+	in, err := o.get(ino)
+	switch {
+	case err != nil:
+		return Attr{}, err
+	case isDir(in):
+		return Attr{}, fmt.Errorf("%w: hard link to a directory", ErrNotPermitted)
+	case in.Nlink >= LinksMax:
+		return Attr{}, fmt.Errorf("%w: inode %d has %d links", ErrTooManyLinks, ino, in.Nlink)
+	case in.Nlink == 0:
+		return Attr{}, fmt.Errorf("%w: inode %d was unlinked", ErrNotFound, ino)
+	}
+	if err := d.Insert(dirBlocks{t, parent}, dir.Entry{Name: name, Ino: ino, Type: uint8(in.Mode >> 12)}); err != nil {
+		return Attr{}, dirError(err, name)
+	}
+	now := fs.now()
+	saveDir(pin, d)
+	pin.Mtime, pin.Ctime = now, now
+	in.Nlink++
+	in.Ctime = now
+	o.mark(parent)
+	o.mark(ino)
+	if err := o.put(); err != nil {
+		return Attr{}, err
+	}
+	if err := t.commit(); err != nil {
+		return Attr{}, err
+	}
+	return attrOf(ino, in), nil
+}

@@ -1,0 +1,98 @@
+package filesys
+
+import (
+	"errors"
+	"time"
+)
+
+// RootIno is the inode number of the root directory.
+const RootIno = 1
+
+// Errors returned by FS methods (wrapped with what failed); test with
+// errors.Is. The FUSE adapter maps each to one errno; nothing below it
+// knows errno values.
+var (
+	ErrNotFound     = errors.New("no such file or directory")        // ENOENT
+	ErrExists       = errors.New("file exists")                      // EEXIST
+	ErrNotEmpty     = errors.New("directory not empty")              // ENOTEMPTY
+	ErrIsDir        = errors.New("is a directory")                   // EISDIR
+	ErrNotDir       = errors.New("not a directory")                  // ENOTDIR
+	ErrNameTooLong  = errors.New("file name too long")               // ENAMETOOLONG
+	ErrNoSpace      = errors.New("no space left on device")          // ENOSPC
+	ErrNotPermitted = errors.New("operation not permitted")          // EPERM
+	ErrInvalid      = errors.New("invalid argument")                 // EINVAL
+	ErrFileTooBig   = errors.New("file too large")                   // EFBIG
+	ErrNoAttr       = errors.New("no such attribute")                // ENODATA
+	ErrRange        = errors.New("result too large")                 // ERANGE
+	ErrAttrTooBig   = errors.New("attribute list too long")          // E2BIG
+	ErrTooManyLinks = errors.New("too many links")                   // EMLINK
+	ErrWouldBlock   = errors.New("resource temporarily unavailable") // EAGAIN
+	ErrDeadlock     = errors.New("resource deadlock avoided")        // EDEADLK
+	ErrNotSupported = errors.New("operation not supported")          // EOPNOTSUPP
+	ErrStale        = errors.New("stale file handle")                // ESTALE
+	ErrIO           = errors.New("input/output error")               // EIO: lease lost, fenced, data lost
+	ErrReadOnly     = errors.New("read-only file system")            // EROFS
+	ErrInterrupted  = errors.New("interrupted")                      // EINTR
+)
+
+// Attr is an inode's attributes as stat shows them.
+type Attr struct {
+	Ino                 uint64
+	Gen                 uint64 // bumped each time the inode number is reused
+	Mode                uint32 // file type bits and permissions, as syscall.S_IF* | 0o7777
+	Nlink               uint32
+	Uid, Gid            uint32
+	Rdev                uint32
+	Size                uint64
+	Blocks              uint64 // 512-byte units in use
+	Atime, Mtime, Ctime time.Time
+}
+
+// SetAttr lists the attributes Setattr changes; nil fields stay.
+type SetAttr struct {
+	Mode         *uint32 // permission bits only (0o7777)
+	Uid, Gid     *uint32
+	Size         *uint64
+	Atime, Mtime *time.Time
+}
+
+// Caller is who asks: new inodes take its ids. Permission checks are the
+// kernel's (default_permissions).
+type Caller struct {
+	Uid, Gid uint32
+}
+
+// DirEntry is one name in a directory listing.
+type DirEntry struct {
+	Name   string
+	Ino    uint64
+	Mode   uint32 // file type bits only
+	Cookie uint64 // resume a listing after this entry
+}
+
+// Statfs describes the volume's capacity in Bsize units.
+type Statfs struct {
+	Bsize                 uint32
+	Blocks, Bfree, Bavail uint64
+	Files, Ffree          uint64
+	NameLen               uint32
+}
+
+// FileLock is a POSIX record lock or a BSD flock (the whole file).
+type FileLock struct {
+	Type       int16  // syscall.F_RDLCK, F_WRLCK, F_UNLCK
+	Start, End uint64 // inclusive byte range; End = ^uint64(0) for "to EOF"
+	Pid        uint32 // owner's pid, reported by Getlk
+}
+
+// Rename flags, as renameat2.
+const (
+	RenameNoReplace = 1 << 0
+	RenameExchange  = 1 << 1
+)
+
+// Setxattr flags, as setxattr(2).
+const (
+	XattrCreate  = 1
+	XattrReplace = 2
+)

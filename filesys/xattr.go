@@ -1,0 +1,181 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// XattrValueBytesMax bounds one attribute value (all of an inode's
+// attributes share its block with inline data).
+const XattrValueBytesMax = layout.InlineBytes
+
+func checkXattrName(name string) error {
+	switch {
+	case len(name) == 0 || len(name) > layout.XattrNameMax:
+		return fmt.Errorf("%w: attribute name of %d bytes", ErrRange, len(name))
+	case strings.HasPrefix(name, "system."):
+		return fmt.Errorf("%w: %s (POSIX ACLs are not supported)", ErrNotSupported, name)
+	case !strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "trusted.") && !strings.HasPrefix(name, "security."):
+		return fmt.Errorf("%w: attribute namespace of %q", ErrNotSupported, name)
+	}
+	return nil
+}
+
+// Getxattr returns the value of attribute name of ino.
+func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) ([]byte, error) {
+	if strings.HasPrefix(name, "system.") {
+		return nil, fmt.Errorf("%w: %s", ErrNoAttr, name)
+	}
+	if err := checkXattrName(name); err != nil {
+		return nil, err
+	}
+	h, err := fs.acquire(ctx, r(inodeLock(ino)))
+	if err != nil {
+		return nil, err
+	}
+	defer h.release()
+	in, err := fs.newTx(ctx).inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range in.Xattrs {
+		if x.Name == name {
+			return x.Value, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", ErrNoAttr, name)
+}
+
+// Listxattr returns the names of ino's attributes.
+func (fs *FS) Listxattr(ctx context.Context, ino uint64) ([]string, error) {
+	h, err := fs.acquire(ctx, r(inodeLock(ino)))
+	if err != nil {
+		return nil, err
+	}
+	defer h.release()
+	in, err := fs.newTx(ctx).inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(in.Xattrs))
+	for i, x := range in.Xattrs {
+		names[i] = x.Name
+	}
+	return names, nil
+}
+
+// Setxattr sets attribute name of ino (flags XattrCreate, XattrReplace).
+func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
+	if err := checkXattrName(name); err != nil {
+		return err
+	}
+	if len(value) > XattrValueBytesMax {
+		return fmt.Errorf("%w: attribute value of %d bytes", ErrAttrTooBig, len(value))
+	}
+	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
+		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
+		switch {
+		case i >= 0 && flags&XattrCreate != 0:
+			return nil, fmt.Errorf("%w: attribute %s", ErrExists, name)
+		case i < 0 && flags&XattrReplace != 0:
+			return nil, fmt.Errorf("%w: %s", ErrNoAttr, name)
+		case i >= 0:
+			xs[i].Value = append([]byte{}, value...)
+			return xs, nil
+		}
+		return append(xs, layout.Xattr{Name: name, Value: append([]byte{}, value...)}), nil
+	})
+}
+
+// Removexattr removes attribute name of ino.
+func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) error {
+	if err := checkXattrName(name); err != nil {
+		return err
+	}
+	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
+		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %s", ErrNoAttr, name)
+		}
+		return slices.Delete(xs, i, i+1), nil
+	})
+}
+
+func (fs *FS) changeXattrs(ctx context.Context, ino uint64, change func([]layout.Xattr) ([]layout.Xattr, error)) error {
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	if err != nil {
+		return err
+	}
+	xs, err := change(slices.Clone(in.Xattrs))
+	if err != nil {
+		return err
+	}
+	in.Xattrs = xs
+	if !in.Fits() {
+		return fmt.Errorf("%w: attributes of inode %d exceed its %d bytes", ErrNoSpace, ino, layout.InlineBytes)
+	}
+	in.Ctime = fs.now()
+	if err := t.putInode(ino, in); err != nil {
+		return err
+	}
+	return t.commit()
+}
+
+// statfsCache keeps the inode count for a few seconds.
+type statfsCache struct {
+	at         time.Time
+	usedInodes uint64
+}
+
+// Statfs reports capacity (from the cluster) and inode counts (from the
+// resource groups, read without locks: approximate while nodes allocate).
+func (fs *FS) Statfs(ctx context.Context) (Statfs, error) {
+	st := Statfs{Bsize: layout.BlockBytes, NameLen: NameBytesMax, Files: layout.InodesMax - 1}
+	if fs.cfg.Capacity != nil {
+		total, free, err := fs.cfg.Capacity(ctx)
+		if err != nil {
+			return Statfs{}, fmt.Errorf("%w: capacity: %v", ErrIO, err)
+		}
+		st.Blocks, st.Bfree, st.Bavail = total/layout.BlockBytes, free/layout.BlockBytes, free/layout.BlockBytes
+	}
+	used, err := fs.usedInodes(ctx)
+	if err != nil {
+		return Statfs{}, err
+	}
+	st.Ffree = st.Files - min(st.Files, used)
+	return st, nil
+}
+
+func (fs *FS) usedInodes(ctx context.Context) (uint64, error) {
+	fs.mu.Lock()
+	c := fs.mu.statfs
+	fs.mu.Unlock()
+	if time.Since(c.at) < 5*time.Second {
+		return c.usedInodes, nil
+	}
+	buf := make([]byte, layout.RGsMax*layout.BlockBytes)
+	if err := fs.cfg.Dev.ReadAt(ctx, buf, layout.RGBase); err != nil {
+		return 0, fs.ioError("read resource groups", layout.RGBase, err)
+	}
+	var used uint64
+	for g := 0; g < layout.RGsMax; g++ {
+		if rg, err := layout.DecodeRG(buf[g*layout.BlockBytes:(g+1)*layout.BlockBytes], g); err == nil {
+			used += uint64(rg.Used)
+		}
+	}
+	fs.mu.Lock()
+	fs.mu.statfs = statfsCache{at: time.Now(), usedInodes: used}
+	fs.mu.Unlock()
+	return used, nil
+}

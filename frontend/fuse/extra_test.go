@@ -1,0 +1,128 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/posixtest"
+)
+
+func TestToErrno(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		err  error
+		want syscall.Errno
+	}{
+		{nil, 0},
+		{fmt.Errorf("lookup %q in dir 7: %w", "x", filesys.ErrNotFound), syscall.ENOENT},
+		{filesys.ErrNoAttr, syscall.ENODATA},
+		{filesys.ErrWouldBlock, syscall.EAGAIN},
+		{fmt.Errorf("setlk: %w", context.Canceled), syscall.EINTR},
+		{errors.New("something the core forgot to wrap"), syscall.EIO},
+		{context.DeadlineExceeded, syscall.EIO},
+	} {
+		if got := toErrno(log, "test", 1, c.err); got != c.want {
+			t.Errorf("toErrno(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+	// Every sentinel maps to a distinct, non-zero errno except the two
+	// interrupt errors.
+	seen := map[syscall.Errno]error{}
+	for _, e := range errnos {
+		if prev, ok := seen[e.errno]; ok && e.errno != syscall.EINTR {
+			t.Errorf("%v and %v both map to %v", prev, e.err, e.errno)
+		}
+		seen[e.errno] = e.err
+	}
+}
+
+// TestInterruptedLockWait checks that a signal to a process waiting in
+// flock(2) cancels the FileSystem call; the kernel then restarts the
+// system call, which gets the lock once it is free.
+func TestInterruptedLockWait(t *testing.T) {
+	fsys, _, dir := mountMem(t, Options{})
+	p := filepath.Join(dir, "lk")
+	os.WriteFile(p, nil, 0o644)
+	f1, _ := os.Open(p)
+	f2, _ := os.Open(p)
+	defer f2.Close()
+	if err := unix.Flock(int(f1.Fd()), unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	sig := make(chan os.Signal, 10)
+	signal.Notify(sig, syscall.SIGUSR1)
+	defer signal.Stop(sig)
+
+	tid := make(chan int)
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		tid <- unix.Gettid()
+		done <- unix.Flock(int(f2.Fd()), unix.LOCK_EX)
+	}()
+	thread := <-tid
+	waitFor(t, "flock to wait", func() bool { w, _, _ := fsys.counts(); return w > 0 })
+	_, before, _ := fsys.counts()
+	waitFor(t, "interrupt to reach the file system", func() bool {
+		unix.Tgkill(os.Getpid(), thread, syscall.SIGUSR1)
+		_, n, _ := fsys.counts()
+		return n > before
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("flock returned %v while the lock was held", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	f1.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("flock after the holder closed: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("flock still waiting after the holder closed")
+	}
+}
+
+func TestOpenUnlinked(t *testing.T) {
+	fsys, _, dir := mountMem(t, Options{})
+	_, _, base := fsys.counts()
+	p := filepath.Join(dir, "gone")
+	os.WriteFile(p, []byte("alive"), 0o644)
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(p)
+	buf := make([]byte, 10)
+	if n, _ := f.ReadAt(buf, 0); string(buf[:n]) != "alive" {
+		t.Errorf("read after unlink: %q", buf[:n])
+	}
+	if _, _, n := fsys.counts(); n != base+1 {
+		t.Errorf("%d inodes while the unlinked file is open, want %d", n, base+1)
+	}
+	f.Close()
+	// RELEASE is asynchronous to close(2).
+	waitFor(t, "the inode to be freed", func() bool { _, _, n := fsys.counts(); return n == base })
+}
+
+func TestPosix(t *testing.T) {
+	_, _, dir := mountMem(t, Options{})
+	posixtest.Run(t, dir, posixtest.Options{Skip: []string{
+		"sparse: memFS keeps a file in one []byte (a 1 GiB allocation)",
+	}})
+}

@@ -1,0 +1,134 @@
+package fuse
+
+import (
+	"context"
+	"math"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/plumeria-fs/plumeria/filesys"
+)
+
+// handle is one open(2) of a regular file (or anything but a directory).
+type handle struct {
+	appendMode bool // O_APPEND: every write goes to the end of the file
+}
+
+// fsyncDataOnly is FUSE_FSYNC_FDATASYNC in FSYNC's flags.
+const fsyncDataOnly = 1
+
+func (m *Server) openFlags() uint32 {
+	if m.opts.KeepCache {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_TRUNC != 0 {
+		// With CAP_ATOMIC_O_TRUNC the kernel sends O_TRUNC here; without
+		// it, a SETATTR of size 0 comes first and never O_TRUNC.
+		if _, err := n.m.fsys.Setattr(ctx, n.ino(), filesys.SetAttr{Size: new(uint64)}); err != nil {
+			return nil, 0, n.errno("open truncate", err)
+		}
+	}
+	if err := n.m.fsys.Open(ctx, n.ino()); err != nil {
+		return nil, 0, n.errno("open", err)
+	}
+	return &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
+}
+
+// Release ends one Open or Create. Locks held through the handle were
+// dropped by rawFS before.
+func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+	n.m.fsys.Release(context.WithoutCancel(ctx), n.ino())
+	return 0
+}
+
+func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	c, err := n.m.fsys.Read(ctx, n.ino(), dest, uint64(off))
+	if err != nil {
+		return nil, n.errno("read", err)
+	}
+	return fuse.ReadResultData(dest[:c]), 0
+}
+
+func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	h, _ := f.(*handle)
+	appendMode := h != nil && h.appendMode
+	c, err := n.m.fsys.Write(ctx, n.ino(), data, uint64(off), appendMode)
+	if err != nil && c == 0 {
+		return 0, n.errno("write", err)
+	}
+	// A short write is reported as such; the caller learns the error when
+	// it retries the rest.
+	return uint32(c), 0
+}
+
+// Flush is called on every close(2); writes already reached FileSystem
+// (no writeback cache), so there is nothing to do.
+func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
+
+func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) syscall.Errno {
+	return n.errno("fsync", n.m.fsys.Fsync(ctx, n.ino(), flags&fsyncDataOnly != 0))
+}
+
+func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+	return n.errno("fallocate", n.m.fsys.Fallocate(ctx, n.ino(), off, size, mode))
+}
+
+// Getlk, Setlk and Setlkw serve fcntl(2) record locks and, with LK_FLOCK
+// in flags, flock(2). owner is the kernel's lock owner: the process's
+// file table for POSIX locks, the open file for flock.
+func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+	got, err := n.m.fsys.Getlk(ctx, n.ino(), owner, fromFuseLock(lk))
+	if err != nil {
+		return n.errno("getlk", err)
+	}
+	*out = toFuseLock(got)
+	return 0
+}
+
+func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, owner, lk, flags, false)
+}
+
+func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+	return n.setlk(ctx, owner, lk, flags, true)
+}
+
+func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	flock := flags&fuse.FUSE_LK_FLOCK != 0
+	l := fromFuseLock(lk)
+	if !flock && l.Type != syscall.F_UNLCK {
+		// Before the call: a lock granted while close(2) runs must still
+		// be dropped by its FLUSH.
+		n.m.locks.add(n.ino(), owner)
+	}
+	err := n.m.fsys.Setlk(ctx, n.ino(), owner, l, flock, wait)
+	return n.errno("setlk", err)
+}
+
+// offsetMax is the kernel's "to the end of the file" (OFFSET_MAX).
+const offsetMax = math.MaxInt64
+
+func fromFuseLock(lk *fuse.FileLock) filesys.FileLock {
+	l := filesys.FileLock{Type: int16(lk.Typ), Start: lk.Start, End: lk.End, Pid: lk.Pid}
+	if l.End >= offsetMax {
+		l.End = ^uint64(0)
+	}
+	return l
+}
+
+func toFuseLock(l filesys.FileLock) fuse.FileLock {
+	lk := fuse.FileLock{Typ: uint32(l.Type), Start: l.Start, End: l.End, Pid: l.Pid}
+	if lk.End >= offsetMax {
+		lk.End = offsetMax
+	}
+	if l.Type == syscall.F_UNLCK {
+		lk = fuse.FileLock{Typ: syscall.F_UNLCK}
+	}
+	return lk
+}

@@ -1,0 +1,69 @@
+// Package fuse serves a Plumeria file system to the local kernel through
+// FUSE (go-fuse v2, package fs). It is a thin adapter: it turns FUSE
+// requests into calls on FileSystem, which speaks inode numbers and
+// filesys errors, and it is the only place where errno values appear.
+//
+// It does not check permissions (the kernel does, with
+// default_permissions), cache anything itself, or know about other
+// nodes: the file system tells it through the invalidator when another
+// node changed something the kernel may have cached.
+//
+// Guarantee: with the default Options (entry and attribute timeouts 0, no
+// KEEP_CACHE) every lookup and stat reaches FileSystem, so a change made on
+// another node is seen as soon as FileSystem sees it.
+package fuse
+
+import (
+	"context"
+
+	"github.com/plumeria-fs/plumeria/filesys"
+)
+
+// FileSystem is what the adapter needs from the file system; *filesys.FS
+// implements it. Methods are called concurrently. Errors are filesys
+// sentinels (tested with errors.Is); anything else becomes EIO. A method
+// whose ctx is cancelled (the caller was interrupted) may return
+// ctx.Err(), which becomes EINTR. Byte slices passed in are valid only
+// during the call.
+type FileSystem interface {
+	Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr, error)
+	Getattr(ctx context.Context, ino uint64) (filesys.Attr, error)
+	Setattr(ctx context.Context, ino uint64, set filesys.SetAttr) (filesys.Attr, error)
+	// Create makes a regular file, or returns the existing one when the name exists and excl is false.
+	Create(ctx context.Context, dir uint64, name string, mode uint32, c filesys.Caller, excl bool) (filesys.Attr, error)
+	Mknod(ctx context.Context, dir uint64, name string, mode, rdev uint32, c filesys.Caller) (filesys.Attr, error)
+	Mkdir(ctx context.Context, dir uint64, name string, mode uint32, c filesys.Caller) (filesys.Attr, error)
+	Symlink(ctx context.Context, dir uint64, name, target string, c filesys.Caller) (filesys.Attr, error)
+	Link(ctx context.Context, ino, dir uint64, name string) (filesys.Attr, error)
+	Unlink(ctx context.Context, dir uint64, name string) error
+	Rmdir(ctx context.Context, dir uint64, name string) error
+	Rename(ctx context.Context, dir uint64, name string, newDir uint64, newName string, flags uint32) error
+	Readlink(ctx context.Context, ino uint64) (string, error)
+	Open(ctx context.Context, ino uint64) error                              // one more local open of ino (keeps an unlinked file alive)
+	Release(ctx context.Context, ino uint64)                                 // one open ended
+	Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, error) // short only at EOF
+	// Write writes p at off; appendMode: write at the current end of file, whatever off says.
+	Write(ctx context.Context, ino uint64, p []byte, off uint64, appendMode bool) (n int, err error)
+	Fsync(ctx context.Context, ino uint64, dataOnly bool) error
+	Fallocate(ctx context.Context, ino uint64, off, length uint64, mode uint32) error
+	// ReadDir returns up to max entries with cookies > after, in cookie
+	// order; "." and ".." are NOT included (the adapter adds them). Cookies
+	// are the telldir/seekdir offsets: they must lie in [1, 2^63-3] (the
+	// kernel's offsets are signed; the adapter keeps the top two for "."
+	// and ".."). ents is empty only when done.
+	ReadDir(ctx context.Context, dir uint64, after uint64, max int) (ents []filesys.DirEntry, done bool, err error)
+	Statfs(ctx context.Context) (filesys.Statfs, error)
+	Getxattr(ctx context.Context, ino uint64, name string) ([]byte, error)
+	Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error
+	Listxattr(ctx context.Context, ino uint64) ([]string, error)
+	Removexattr(ctx context.Context, ino uint64, name string) error
+	// Record locks (POSIX, per owner) and flock (whole file, flock=true), coherent across nodes.
+	Getlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock) (filesys.FileLock, error)
+	Setlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock, flock, wait bool) error
+	// SetInvalidator registers the callback the file system calls when
+	// another node changed ino (or an entry name in directory ino): the
+	// adapter drops the kernel's cached pages/attributes/dentries for it
+	// (NotifyContent / NotifyEntry). The callback never blocks on the
+	// kernel (see invalidator), so it may be called with locks held.
+	SetInvalidator(func(ino uint64, dir bool, name string))
+}

@@ -1,0 +1,162 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/lock"
+	lockclerk "github.com/plumeria-fs/plumeria/lock/clerk"
+	"github.com/plumeria-fs/plumeria/volume"
+)
+
+// FSNode is one fs node's file system with what it stands on: a lock
+// session (fencing the node's earlier sessions), the volume opened with
+// the node's writer id, and the clerk routing revokes and recoveries to
+// the file system.
+type FSNode struct {
+	FS      *filesys.FS
+	ID      string
+	Volume  string
+	Session uint64
+	vol     *volume.Volume
+	clerk   *lockclerk.Clerk
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+// FSNodeOptions configures MountFS.
+type FSNodeOptions struct {
+	FlushInterval time.Duration
+	Logger        *slog.Logger
+}
+
+// MountFS starts an fs node of volume name as clerk id.
+func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts FSNodeOptions) (*FSNode, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var session uint64
+	err := cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{name}})
+		if err == nil {
+			session = r.Session
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open lock session of %s: %s", id, coordclient.ErrorMessage(err))
+	}
+	vol, err := volume.Open(ctx, cc, name, volume.Options{Writer: id})
+	if err != nil {
+		return nil, fmt.Errorf("open volume %s: %w", name, err)
+	}
+	n := &FSNode{ID: id, Volume: name, Session: session, vol: vol, done: make(chan struct{})}
+	ready := make(chan struct{})
+	runCtx, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	fsys := func() *filesys.FS {
+		select {
+		case <-ready:
+			return n.FS
+		case <-runCtx.Done():
+			return nil
+		}
+	}
+	n.clerk, err = lockclerk.New(lockclerk.Config{ID: id, Session: session, Groups: clustermap.LockGroupsN,
+		Servers: NewLockResolver(cc), Logger: log,
+		OnRevoke: func(table string, l uint64, to lock.Mode) error {
+			if f := fsys(); f != nil {
+				return f.Revoke(runCtx, table, l, to)
+			}
+			return nil
+		},
+		OnRecover: func(table, dead string, s uint64) error {
+			// Not through n.FS: recovery must not wait for this node's
+			// mount, which may wait for the dead node's locks.
+			return filesys.RecoverLog(runCtx, vol, dead, s, log)
+		},
+		OnLeaseLost: func() {
+			if f := fsys(); f != nil {
+				f.LeaseLost()
+			}
+		},
+	})
+	if err != nil {
+		stop()
+		vol.Close()
+		return nil, err
+	}
+	go func() {
+		defer close(n.done)
+		n.clerk.Run(runCtx)
+	}()
+	fail := func(err error) (*FSNode, error) {
+		stop()
+		<-n.done
+		vol.Close()
+		return nil, err
+	}
+	if err := n.clerk.Open(name); err != nil {
+		return fail(err)
+	}
+	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: vol, Locker: n.clerk, Table: name, ID: id, Session: session,
+		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name)})
+	if err != nil {
+		return fail(fmt.Errorf("mount volume %s: %w", name, err))
+	}
+	close(ready)
+	return n, nil
+}
+
+// capacityOf reports the volume's share of the cluster: the bricks' total
+// capacity divided by the replica count. Used bytes are not tracked yet,
+// so free is reported as the whole capacity.
+func capacityOf(cc *coordclient.Client, name string) func(ctx context.Context) (uint64, uint64, error) {
+	return func(ctx context.Context) (uint64, uint64, error) {
+		m, err := cc.Map(ctx, 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		var total uint64
+		for _, b := range m.Bricks {
+			if b.State == clustermap.BrickUp && !b.Draining && b.CapacityBytes > 0 {
+				total += uint64(b.CapacityBytes)
+			}
+		}
+		if v := m.Volume(name); v != nil && v.Replicas > 0 {
+			total /= uint64(v.Replicas)
+		}
+		if total == 0 {
+			total = 1 << 40
+		}
+		return total, total, nil
+	}
+}
+
+// Close writes everything back, empties and frees the node's log, gives
+// its locks back and ends the session.
+func (n *FSNode) Close(ctx context.Context) error {
+	err := n.FS.Close(ctx)
+	n.clerk.Close(n.Volume)
+	time.Sleep(100 * time.Millisecond) // let the close reach the lock servers
+	n.stop()
+	<-n.done
+	n.vol.Close()
+	return err
+}
+
+// Crash stops the node without writing anything back, as kill -9 would
+// (for tests): its log is left for another node to replay.
+func (n *FSNode) Crash() {
+	n.FS.Halt()
+	n.stop()
+	<-n.done
+	n.vol.Close()
+}
