@@ -312,7 +312,7 @@ func (fs *FS) flushLoop() {
 // of this node uses the lock.
 func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) error {
 	if l >= flockLockBase {
-		return fs.flocks.revoke(l, to)
+		return fs.flocks.revoke(ctx, l, to)
 	}
 	c := fs.cache
 	c.mu.Lock()

@@ -74,13 +74,25 @@ func without(ls []heldLock, owner uint64, start, end uint64) []heldLock {
 	return out
 }
 
-func (fl *fileLocks) revoke(id uint64, to lock.Mode) error {
-	fl.mu.Lock()
-	defer fl.mu.Unlock()
-	if strongest(fl.files[id]) > to {
-		return fmt.Errorf("file lock %d in use here", id)
+// revoke waits until this node's owners no longer hold file lock id above
+// mode to (another node wants it), then lets the clerk give it up. New
+// local requests wait for the revoke to end (the clerk queues them), so
+// the lock passes between nodes in turn.
+func (fl *fileLocks) revoke(ctx context.Context, id uint64, to lock.Mode) error {
+	for {
+		fl.mu.Lock()
+		busy := strongest(fl.files[id]) > to
+		wake := fl.wake
+		fl.mu.Unlock()
+		if !busy {
+			return nil
+		}
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return fmt.Errorf("file lock %d still in use here: %w", id, ctx.Err())
+		}
 	}
-	return nil
 }
 
 func fileLockID(ino uint64, flock bool) uint64 {

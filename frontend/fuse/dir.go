@@ -91,7 +91,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	if after == offsetDotDot {
 		after = 0
 	}
-	ents, done, err := d.n.m.fsys.ReadDir(ctx, d.n.ino(), after, dirPageEntries)
+	ents, done, err := d.n.m.fsys.ReadDir(opCtx(ctx), d.n.ino(), after, dirPageEntries)
 	if err != nil {
 		return d.n.errno("readdir", err)
 	}
@@ -108,7 +108,7 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
-	return d.n.errno("fsyncdir", d.n.m.fsys.Fsync(ctx, d.n.ino(), flags&fsyncDataOnly != 0))
+	return d.n.errno("fsyncdir", d.n.m.fsys.Fsync(opCtx(ctx), d.n.ino(), flags&fsyncDataOnly != 0))
 }
 
 func (d *dirHandle) Releasedir(context.Context, uint32) {}

@@ -30,11 +30,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if flags&syscall.O_TRUNC != 0 {
 		// With CAP_ATOMIC_O_TRUNC the kernel sends O_TRUNC here; without
 		// it, a SETATTR of size 0 comes first and never O_TRUNC.
-		if _, err := n.m.fsys.Setattr(ctx, n.ino(), filesys.SetAttr{Size: new(uint64)}); err != nil {
+		if _, err := n.m.fsys.Setattr(opCtx(ctx), n.ino(), filesys.SetAttr{Size: new(uint64)}); err != nil {
 			return nil, 0, n.errno("open truncate", err)
 		}
 	}
-	if err := n.m.fsys.Open(ctx, n.ino()); err != nil {
+	if err := n.m.fsys.Open(opCtx(ctx), n.ino()); err != nil {
 		return nil, 0, n.errno("open", err)
 	}
 	return &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
@@ -48,7 +48,7 @@ func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
 }
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	c, err := n.m.fsys.Read(ctx, n.ino(), dest, uint64(off))
+	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), dest, uint64(off))
 	if err != nil {
 		return nil, n.errno("read", err)
 	}
@@ -58,7 +58,7 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
 	h, _ := f.(*handle)
 	appendMode := h != nil && h.appendMode
-	c, err := n.m.fsys.Write(ctx, n.ino(), data, uint64(off), appendMode)
+	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), data, uint64(off), appendMode)
 	if err != nil && c == 0 {
 		return 0, n.errno("write", err)
 	}
@@ -72,18 +72,18 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
 
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) syscall.Errno {
-	return n.errno("fsync", n.m.fsys.Fsync(ctx, n.ino(), flags&fsyncDataOnly != 0))
+	return n.errno("fsync", n.m.fsys.Fsync(opCtx(ctx), n.ino(), flags&fsyncDataOnly != 0))
 }
 
 func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
-	return n.errno("fallocate", n.m.fsys.Fallocate(ctx, n.ino(), off, size, mode))
+	return n.errno("fallocate", n.m.fsys.Fallocate(opCtx(ctx), n.ino(), off, size, mode))
 }
 
 // Getlk, Setlk and Setlkw serve fcntl(2) record locks and, with LK_FLOCK
 // in flags, flock(2). owner is the kernel's lock owner: the process's
 // file table for POSIX locks, the open file for flock.
 func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
-	got, err := n.m.fsys.Getlk(ctx, n.ino(), owner, fromFuseLock(lk))
+	got, err := n.m.fsys.Getlk(opCtx(ctx), n.ino(), owner, fromFuseLock(lk))
 	if err != nil {
 		return n.errno("getlk", err)
 	}
@@ -107,7 +107,11 @@ func (n *node) setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags
 		// be dropped by its FLUSH.
 		n.m.locks.add(n.ino(), owner)
 	}
-	err := n.m.fsys.Setlk(ctx, n.ino(), owner, l, flock, wait)
+	lctx := ctx
+	if !wait {
+		lctx = opCtx(ctx)
+	}
+	err := n.m.fsys.Setlk(lctx, n.ino(), owner, l, flock, wait)
 	return n.errno("setlk", err)
 }
 
@@ -132,3 +136,9 @@ func toFuseLock(l filesys.FileLock) fuse.FileLock {
 	}
 	return lk
 }
+
+// opCtx detaches an operation from the kernel's interrupts: a signal to the
+// calling thread (Go's runtime sends them often) must not fail a stat with
+// EINTR halfway through a lock wait or a volume write. Only a blocking
+// file lock (F_SETLKW, flock without LOCK_NB) stays interruptible.
+func opCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }

@@ -88,7 +88,7 @@ func fillAttr(out *fuse.Attr, a filesys.Attr) {
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, err := n.m.fsys.Lookup(ctx, n.ino(), name)
+	a, err := n.m.fsys.Lookup(opCtx(ctx), n.ino(), name)
 	if err != nil {
 		return nil, n.errno("lookup", err)
 	}
@@ -96,7 +96,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 }
 
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	a, err := n.m.fsys.Getattr(ctx, n.ino())
+	a, err := n.m.fsys.Getattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return n.errno("getattr", err)
 	}
@@ -125,7 +125,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if t, ok := in.GetMTime(); ok {
 		set.Mtime = &t
 	}
-	a, err := n.m.fsys.Setattr(ctx, n.ino(), set)
+	a, err := n.m.fsys.Setattr(opCtx(ctx), n.ino(), set)
 	if err != nil {
 		return n.errno("setattr", err)
 	}
@@ -135,18 +135,18 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	excl := flags&syscall.O_EXCL != 0
-	a, err := n.m.fsys.Create(ctx, n.ino(), name, mode, caller(ctx), excl)
+	a, err := n.m.fsys.Create(opCtx(ctx), n.ino(), name, mode, caller(ctx), excl)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", err)
 	}
 	if flags&syscall.O_TRUNC != 0 && a.Size != 0 {
 		// The name existed: the kernel thinks it created the file, so it
 		// will not truncate it.
-		if a, err = n.m.fsys.Setattr(ctx, a.Ino, filesys.SetAttr{Size: new(uint64)}); err != nil {
+		if a, err = n.m.fsys.Setattr(opCtx(ctx), a.Ino, filesys.SetAttr{Size: new(uint64)}); err != nil {
 			return nil, nil, 0, toErrno(n.m.log, "create truncate", a.Ino, err)
 		}
 	}
-	if err := n.m.fsys.Open(ctx, a.Ino); err != nil {
+	if err := n.m.fsys.Open(opCtx(ctx), a.Ino); err != nil {
 		return nil, nil, 0, toErrno(n.m.log, "create open", a.Ino, err)
 	}
 	ch := n.child(ctx, a, out)
@@ -154,7 +154,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, err := n.m.fsys.Mknod(ctx, n.ino(), name, mode, rdev, caller(ctx))
+	a, err := n.m.fsys.Mknod(opCtx(ctx), n.ino(), name, mode, rdev, caller(ctx))
 	if err != nil {
 		return nil, n.errno("mknod", err)
 	}
@@ -163,7 +163,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	// The kernel leaves S_IFDIR out of MKDIR's mode.
-	a, err := n.m.fsys.Mkdir(ctx, n.ino(), name, mode&0o7777|syscall.S_IFDIR, caller(ctx))
+	a, err := n.m.fsys.Mkdir(opCtx(ctx), n.ino(), name, mode&0o7777|syscall.S_IFDIR, caller(ctx))
 	if err != nil {
 		return nil, n.errno("mkdir", err)
 	}
@@ -171,7 +171,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, err := n.m.fsys.Symlink(ctx, n.ino(), name, target, caller(ctx))
+	a, err := n.m.fsys.Symlink(opCtx(ctx), n.ino(), name, target, caller(ctx))
 	if err != nil {
 		return nil, n.errno("symlink", err)
 	}
@@ -179,7 +179,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	a, err := n.m.fsys.Link(ctx, target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
+	a, err := n.m.fsys.Link(opCtx(ctx), target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("link", err)
 	}
@@ -187,11 +187,11 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.errno("unlink", n.m.fsys.Unlink(ctx, n.ino(), name))
+	return n.errno("unlink", n.m.fsys.Unlink(opCtx(ctx), n.ino(), name))
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.errno("rmdir", n.m.fsys.Rmdir(ctx, n.ino(), name))
+	return n.errno("rmdir", n.m.fsys.Rmdir(opCtx(ctx), n.ino(), name))
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -206,11 +206,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		return syscall.EINVAL
 	}
 	to := newParent.EmbeddedInode().StableAttr().Ino
-	return n.errno("rename", n.m.fsys.Rename(ctx, n.ino(), name, to, newName, f))
+	return n.errno("rename", n.m.fsys.Rename(opCtx(ctx), n.ino(), name, to, newName, f))
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	t, err := n.m.fsys.Readlink(ctx, n.ino())
+	t, err := n.m.fsys.Readlink(opCtx(ctx), n.ino())
 	if err != nil {
 		return nil, n.errno("readlink", err)
 	}
@@ -233,7 +233,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // the size and ERANGE; go-fuse turns that into the size answer a probe
 // (getxattr with size 0) expects.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	v, err := n.m.fsys.Getxattr(ctx, n.ino(), attr)
+	v, err := n.m.fsys.Getxattr(opCtx(ctx), n.ino(), attr)
 	if err != nil {
 		return 0, n.errno("getxattr", err)
 	}
@@ -244,13 +244,13 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	return n.errno("setxattr", n.m.fsys.Setxattr(ctx, n.ino(), attr, data, flags))
+	return n.errno("setxattr", n.m.fsys.Setxattr(opCtx(ctx), n.ino(), attr, data, flags))
 }
 
 // Listxattr writes the names NUL-terminated, as listxattr(2) returns them;
 // a too small dest gets the size and ERANGE, as in Getxattr.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	names, err := n.m.fsys.Listxattr(ctx, n.ino())
+	names, err := n.m.fsys.Listxattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return 0, n.errno("listxattr", err)
 	}
@@ -269,5 +269,5 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	return n.errno("removexattr", n.m.fsys.Removexattr(ctx, n.ino(), attr))
+	return n.errno("removexattr", n.m.fsys.Removexattr(opCtx(ctx), n.ino(), attr))
 }
