@@ -125,7 +125,7 @@ func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (Attr, err
 			return Attr{}, err
 		}
 		a, err := fs.Getattr(ctx, e.Ino)
-		if errors.Is(err, ErrNotFound) && try < 3 {
+		if errors.Is(err, ErrNotFound) && try < 100 {
 			continue // removed or replaced between the two locks
 		}
 		return a, err
@@ -187,6 +187,13 @@ func (fs *FS) Readlink(ctx context.Context, ino uint64) (string, error) {
 	if in.Mode&typeMask != typeLnk {
 		return "", fmt.Errorf("%w: inode %d is not a symlink", ErrInvalid, ino)
 	}
+	if len(in.Inline) == 0 && in.Size > 0 && in.Size <= SymlinkBytesMax {
+		b := make([]byte, in.Size)
+		if err := fs.cfg.Dev.ReadAt(ctx, b, layout.ExtentAddr(ino)); err != nil {
+			return "", fs.ioError("read a long symlink target", layout.ExtentAddr(ino), err)
+		}
+		return string(b), nil
+	}
 	return string(in.Inline), nil
 }
 
@@ -195,6 +202,7 @@ type newInode struct {
 	mode, rdev uint32
 	c          Caller
 	inline     []byte
+	extent     []byte // written to the extent before the inode is logged
 	size       uint64
 }
 
@@ -267,6 +275,15 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	if err != nil {
 		return Attr{}, 0, err
 	}
+	if len(n.extent) > 0 {
+		if err := fs.cfg.Dev.WriteAt(ctx, n.extent, layout.ExtentAddr(ino)); err != nil {
+			return Attr{}, 0, fs.ioError("write a long symlink target", layout.ExtentAddr(ino), err)
+		}
+		in.HWM = uint64(len(n.extent))
+		if err := t.putInode(ino, in); err != nil {
+			return Attr{}, 0, err
+		}
+	}
 	if err := d.Insert(blocks, dir.Entry{Name: name, Ino: ino, Type: uint8(n.mode >> 12)}); err != nil {
 		return Attr{}, 0, dirError(err, name)
 	}
@@ -307,10 +324,26 @@ func (fs *FS) Mknod(ctx context.Context, parent uint64, name string, mode, rdev 
 	return fs.makeNode(ctx, parent, name, newInode{mode: mode, rdev: rdev, c: c}, true)
 }
 
+// SymlinkBytesMax bounds a symlink's target (PATH_MAX - 1). Targets up to
+// symlinkInlineMax bytes live in the inode, longer ones in its extent.
+const (
+	SymlinkBytesMax  = 4095
+	symlinkInlineMax = layout.InlineBytes - 256
+)
+
 // Symlink makes a symbolic link to target.
 func (fs *FS) Symlink(ctx context.Context, parent uint64, name, target string, c Caller) (Attr, error) {
-	if len(target) == 0 || len(target) > layout.InlineBytes-64 {
+	switch {
+	case len(target) == 0:
+		return Attr{}, fmt.Errorf("%w: empty symlink target", ErrNotFound)
+	case len(target) > SymlinkBytesMax:
 		return Attr{}, fmt.Errorf("%w: symlink target of %d bytes", ErrNameTooLong, len(target))
 	}
-	return fs.makeNode(ctx, parent, name, newInode{mode: typeLnk | 0o777, c: c, inline: []byte(target), size: uint64(len(target))}, true)
+	n := newInode{mode: typeLnk | 0o777, c: c, size: uint64(len(target))}
+	if len(target) <= symlinkInlineMax {
+		n.inline = []byte(target)
+	} else {
+		n.extent = []byte(target)
+	}
+	return fs.makeNode(ctx, parent, name, n, true)
 }

@@ -2,6 +2,7 @@ package filesys
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/plumeria-fs/plumeria/filesys/dir"
@@ -115,11 +116,20 @@ func (fs *FS) keepOrphan(ino uint64) bool {
 	return false
 }
 
-// Open records one more local open of ino.
+// Open records one more local open of ino. An inode freed since the
+// kernel looked it up (a rename replaced it) is ErrStale: the kernel then
+// looks the path up again.
 func (fs *FS) Open(ctx context.Context, ino uint64) error {
 	fs.mu.Lock()
 	fs.mu.opens[ino]++
 	fs.mu.Unlock()
+	if _, err := fs.Getattr(ctx, ino); err != nil {
+		fs.Release(ctx, ino)
+		if errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%w: inode %d was removed", ErrStale, ino)
+		}
+		return err
+	}
 	return nil
 }
 

@@ -514,9 +514,12 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 			}
 		}
 	case typeLnk:
-		if len(in.Inline) == 0 {
-			bad("symlink with an empty target")
-		} else if uint64(len(in.Inline)) != in.Size {
+		switch {
+		case len(in.Inline) == 0 && (in.Size == 0 || in.Size > filesys.SymlinkBytesMax):
+			bad("symlink with a target of %d bytes in its extent", in.Size)
+		case len(in.Inline) == 0:
+			// a long target, kept in the extent
+		case uint64(len(in.Inline)) != in.Size:
 			bad("symlink of size %d has a target of %d bytes", in.Size, len(in.Inline))
 		}
 	case typeDir, syscall.S_IFCHR, syscall.S_IFBLK, syscall.S_IFIFO, syscall.S_IFSOCK:
