@@ -342,7 +342,7 @@ func (c *cluster) start(p *proc) {
 	cmd := exec.Command(serverBin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = procAttr()
-	if err := cmd.Start(); err != nil {
+	if err := startCmd(cmd); err != nil {
 		f.Close()
 		c.t.Fatalf("start %s: %v", p.name, err)
 	}
