@@ -5,80 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/plumeria-fs/plumeria/lock"
+	"github.com/plumeria-fs/plumeria/filesys/fstest"
 )
 
-// memDevice is a sparse in-memory volume for unit tests.
-type memDevice struct {
-	mu     sync.Mutex
-	blocks map[uint64][]byte // by 4 KiB block number
-}
+type memDevice = fstest.MemDevice
 
-func newMemDevice() *memDevice { return &memDevice{blocks: map[uint64][]byte{}} }
-
-func (d *memDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i := 0; i < len(p); {
-		a := off + uint64(i)
-		blk, o := a/4096, int(a%4096)
-		n := min(len(p)-i, 4096-o)
-		if b := d.blocks[blk]; b != nil {
-			copy(p[i:i+n], b[o:])
-		} else {
-			clear(p[i : i+n])
-		}
-		i += n
-	}
-	return nil
-}
-
-func (d *memDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i := 0; i < len(p); {
-		a := off + uint64(i)
-		blk, o := a/4096, int(a%4096)
-		n := min(len(p)-i, 4096-o)
-		b := d.blocks[blk]
-		if b == nil {
-			b = make([]byte, 4096)
-			d.blocks[blk] = b
-		}
-		copy(b[o:], p[i:i+n])
-		i += n
-	}
-	return nil
-}
-
-func (d *memDevice) Decommit(ctx context.Context, off, n uint64) error {
-	z := make([]byte, 4096)
-	for a := off; a < off+n; {
-		blk, o := a/4096, a%4096
-		k := min(off+n-a, 4096-o)
-		if _, ok := d.blocks[blk]; ok {
-			d.WriteAt(ctx, z[:k], a)
-		}
-		a += k
-	}
-	return nil
-}
-
-// soloLocker grants every lock at once: one node alone.
-type soloLocker struct{}
-
-func (soloLocker) Acquire(ctx context.Context, table string, l uint64, mode lock.Mode) error {
-	return ctx.Err()
-}
-func (soloLocker) Unpin(table string, l uint64, mode lock.Mode) {}
+func newMemDevice() *memDevice { return fstest.NewMemDevice() }
 
 func openSolo(t *testing.T, dev *memDevice, id string) *FS {
 	t.Helper()
-	fs, err := Open(context.Background(), Config{Dev: dev, Locker: soloLocker{}, Table: "v", ID: id, Session: 1})
+	fs, err := Open(context.Background(), Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: id, Session: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +132,7 @@ func TestBasicOps(t *testing.T) {
 func TestRecoveryReplaysLog(t *testing.T) {
 	ctx := context.Background()
 	dev := formatted(t)
-	a, err := Open(ctx, Config{Dev: dev, Locker: soloLocker{}, Table: "v", ID: "a", Session: 1, FlushInterval: time.Hour})
+	a, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1, FlushInterval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,94 +7,21 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
-	"github.com/plumeria-fs/plumeria/lock"
 )
 
-// memDevice is a sparse in-memory volume.
-type memDevice struct {
-	mu     sync.Mutex
-	blocks map[uint64][]byte // by 4 KiB block number
-	writes int
-}
+type memDevice = fstest.MemDevice
 
-func newMemDevice() *memDevice { return &memDevice{blocks: map[uint64][]byte{}} }
-
-func (d *memDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i := 0; i < len(p); {
-		a := off + uint64(i)
-		blk, o := a/4096, int(a%4096)
-		n := min(len(p)-i, 4096-o)
-		if b := d.blocks[blk]; b != nil {
-			copy(p[i:i+n], b[o:])
-		} else {
-			clear(p[i : i+n])
-		}
-		i += n
-	}
-	return nil
-}
-
-func (d *memDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes++
-	for i := 0; i < len(p); {
-		a := off + uint64(i)
-		blk, o := a/4096, int(a%4096)
-		n := min(len(p)-i, 4096-o)
-		b := d.blocks[blk]
-		if b == nil {
-			b = make([]byte, 4096)
-			d.blocks[blk] = b
-		}
-		copy(b[o:], p[i:i+n])
-		i += n
-	}
-	return nil
-}
-
-// Decommit visits only the blocks that exist, so that decommitting a
-// whole 512 GiB extent is cheap.
-func (d *memDevice) Decommit(ctx context.Context, off, n uint64) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes++
-	end := off + n
-	for blk, b := range d.blocks {
-		lo, hi := blk*4096, blk*4096+4096
-		if hi <= off || lo >= end {
-			continue
-		}
-		clear(b[max(lo, off)-lo : min(hi, end)-lo])
-	}
-	return nil
-}
-
-func (d *memDevice) writeCount() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.writes
-}
-
-// soloLocker grants every lock at once: one node alone.
-type soloLocker struct{}
-
-func (soloLocker) Acquire(ctx context.Context, table string, l uint64, mode lock.Mode) error {
-	return ctx.Err()
-}
-func (soloLocker) Unpin(table string, l uint64, mode lock.Mode) {}
+func newMemDevice() *memDevice { return fstest.NewMemDevice() }
 
 func openFS(t *testing.T, dev *memDevice, id string, flush time.Duration) *filesys.FS {
 	t.Helper()
-	fs, err := filesys.Open(context.Background(), filesys.Config{Dev: dev, Locker: soloLocker{}, Table: "v", ID: id, Session: 1, FlushInterval: flush})
+	fs, err := filesys.Open(context.Background(), filesys.Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: id, Session: 1, FlushInterval: flush})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,9 +326,9 @@ func TestDamageFoundAndRepaired(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr := build(t)
 			want := tc.inject(t, tr)
-			before := tr.dev.writeCount()
+			before := tr.dev.Writes()
 			rep := check(t, tr.dev, false)
-			if tr.dev.writeCount() != before {
+			if tr.dev.Writes() != before {
 				t.Fatal("a check without repair wrote to the volume")
 			}
 			if rep.Clean() {
@@ -488,13 +415,13 @@ func TestCorruptDirectory(t *testing.T) {
 	layout.PutHeader(b, h)
 	tr.dev.WriteAt(context.Background(), b, layout.DirBlockAddr(big, 0))
 	for _, repair := range []bool{false, true} {
-		before := len(tr.dev.blocks)
+		before := tr.dev.Blocks()
 		rep := check(t, tr.dev, repair)
 		text := lines(rep)
 		if rep.Clean() || !strings.Contains(text, fmt.Sprintf("directory %d block 0", big)) || !strings.Contains(text, "owner 12345") {
 			t.Fatalf("repair %v:\n%s", repair, text)
 		}
-		if len(tr.dev.blocks) != before {
+		if tr.dev.Blocks() != before {
 			t.Fatal("blocks appeared")
 		}
 		for _, p := range rep.Problems {
