@@ -147,7 +147,7 @@ func (t *tx) commit() error {
 	defer c.mu.Unlock()
 	delete(c.inflight, t)
 	if err != nil {
-		return fs.failLocked(fmt.Errorf("append to log: %w", err))
+		return fs.fail(fmt.Errorf("append to log: %w", err))
 	}
 	if lsn > c.lastLSN {
 		c.lastLSN = lsn
@@ -168,9 +168,6 @@ func (t *tx) commit() error {
 	}
 	return nil
 }
-
-// failLocked is fail for callers holding the cache lock (fail takes fs.mu only).
-func (fs *FS) failLocked(err error) error { return fs.fail(err) }
 
 // diff returns the byte ranges [start, end) where a and b differ, leaving
 // out the version field, merging ranges closer than 32 bytes.
@@ -331,9 +328,10 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 		}
 	}
 	if to == lock.None {
+		failed := fs.failed() != nil // dirty blocks of a failed node are replayed from its log
 		c.mu.Lock()
 		for a, b := range c.byLock[l] {
-			if !b.dirty || fs.failedNoLock() {
+			if !b.dirty || failed {
 				delete(c.blocks, a)
 				delete(c.byLock[l], a)
 			}
@@ -348,8 +346,6 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 	}
 	return nil
 }
-
-func (fs *FS) failedNoLock() bool { return fs.failed() != nil }
 
 func (fs *FS) invalidate(ino uint64, to lock.Mode) {
 	fs.mu.Lock()

@@ -131,7 +131,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: resource group %d: %v", ErrIO, g, err)
 	}
-	i := rg.FindFree(int(fs.nextHint(g)))
+	i := rg.FindFree(0)
 	if i < 0 {
 		return 0, nil, errGroupFull
 	}
@@ -170,8 +170,6 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 }
 
 var errGroupFull = fmt.Errorf("%w: resource group full", ErrNoSpace)
-
-func (fs *FS) nextHint(g int) uint32 { return 0 }
 
 // freeInode marks inode ino free in its group (h holds the group's lock)
 // and stages the free inode, keeping its generation and high-water mark.
