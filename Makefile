@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/plumeria
 TEST_TIMEOUT ?= 60m
 
-.PHONY: build test test-short vet deps proto fuzz bench-vdisk clean
+.PHONY: build test test-short vet deps proto fuzz bench-vdisk clean image cluster-up cluster-down
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/plumeria
@@ -12,6 +12,8 @@ build:
 deps:
 	@command -v fusermount3 >/dev/null 2>&1 || { echo "installing fuse3"; \
 		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null 2>&1 || echo "warning: could not install fuse3 (FUSE tests will skip)"; }
+	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium"; \
+		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "warning: could not install chromium (the dashboard browser test will skip)"; }
 
 vet:
 	$(GO) vet ./...
@@ -42,6 +44,43 @@ bench-vdisk: build
 proto:
 	protoc --go_out=. --go_opt=module=github.com/plumeria-fs/plumeria \
 		--go-grpc_out=. --go-grpc_opt=module=github.com/plumeria-fs/plumeria proto/plumeria.proto lock/lockpb/lock.proto
+
+# Containers (docs/operations.md, "Containers"): a three-node cluster from
+# deploy/compose.yaml on the bridge network $(PLUMERIA_NET).0/24, reached from
+# this host at $(PLUMERIA_NET).11-13:7001. COMPOSE="docker compose" for Compose v2.
+IMAGE ?= plumeria:dev
+COMPOSE ?= docker-compose
+PLUMERIA_NET ?= 172.31.77
+CLUSTER_VOLUME ?= default
+CLUSTER_COORD := $(PLUMERIA_NET).11:7001,$(PLUMERIA_NET).12:7001,$(PLUMERIA_NET).13:7001
+CLUSTER := PLUMERIA_IMAGE=$(IMAGE) PLUMERIA_NET=$(PLUMERIA_NET) $(COMPOSE) -f deploy/compose.yaml -p plumeria
+
+# image: the static binary in a FROM scratch image (see Dockerfile).
+image: build
+	docker build -t $(IMAGE) .
+
+# cluster-up starts (or keeps) the three containers, waits until their three
+# bricks are up, and creates and formats $(CLUSTER_VOLUME) unless it exists.
+cluster-up: image
+	$(CLUSTER) up -d
+	@echo "waiting for 3 bricks up at $(CLUSTER_COORD)"; \
+	for i in $$(seq 90); do \
+		up=$$($(BIN) status --coord $(CLUSTER_COORD) 2>/dev/null | awk '/^BRICK/{b=1;next} /^$$/{b=0} b && $$3=="up"{n++} END{print n+0}'); \
+		[ "$$up" = 3 ] && break; \
+		[ $$i = 90 ] && { echo "bricks up: $$up of 3 after 90 s; see $(COMPOSE) -p plumeria logs"; exit 1; }; \
+		sleep 1; \
+	done
+	@if $(BIN) status --coord $(CLUSTER_COORD) | awk '/^VOLUME/{v=1;next} v && $$1=="$(CLUSTER_VOLUME)"{f=1} END{exit !f}'; then \
+		echo "volume $(CLUSTER_VOLUME) exists"; \
+	else \
+		$(BIN) format --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) --replicas 3; \
+	fi
+	@echo "mount it: mkdir -p /mnt/plumeria && $(BIN) mount --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) /mnt/plumeria"
+
+# cluster-down removes the containers and the network; the data volumes stay
+# unless VOLUMES=1.
+cluster-down:
+	$(CLUSTER) down $(if $(VOLUMES),--volumes)
 
 clean:
 	rm -rf bin

@@ -21,6 +21,7 @@ const replicateTimeout = 5 * time.Second
 // Read serves a range within one chunk from the primary's store, as of the
 // live volume or a named snapshot.
 func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse, error) {
+	start := time.Now()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
@@ -59,6 +60,7 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(r.Length)-1)
 		copy(out[from-r.Offset:last-r.Offset+1], data[from-bStart:last-bStart+1])
 	}
+	s.io.Read(len(out), time.Since(start))
 	return &pb.ReadResponse{Data: out}, nil
 }
 
@@ -97,7 +99,7 @@ func (s *Server) repair(ctx context.Context, m *clustermap.Map, v *clustermap.Vo
 		if err := s.store.Apply(ctx, []store.Op{op}); err != nil {
 			return nil, storeErr(err, "rewrite repaired block")
 		}
-		s.log.Info("repaired corrupt block from replica", "vol", v.Name, "block", key.Block, "gen", key.Gen, "from", b)
+		s.log.InfoContext(ctx, "repaired corrupt block from replica", "vol", v.Name, "block", key.Block, "gen", key.Gen, "from", b)
 		repairs.Inc()
 		if r.Tombstone {
 			return nil, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -179,6 +180,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if r.Writer == nil {
 		return nil, status.Error(codes.InvalidArgument, "write without a writer id")
 	}
+	start := time.Now()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err
@@ -220,6 +222,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops); err != nil {
 		return nil, err
 	}
+	s.io.Write(len(r.Data), time.Since(start))
 	return &pb.WriteResponse{}, nil
 }
 
@@ -295,7 +298,7 @@ func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap
 	case errors.Is(err, store.ErrNotFound):
 		return nil, nil
 	case errors.Is(err, store.ErrCorrupt):
-		s.log.Warn("corrupt block; repairing from a replica", "vol", v.Name, "block", block, "err", err)
+		s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", block, "err", err)
 		return s.repair(ctx, m, v, p, e.Key)
 	case err != nil:
 		return nil, storeErr(err, "read")

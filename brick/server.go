@@ -28,6 +28,7 @@ import (
 	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
@@ -86,6 +87,7 @@ type Server struct {
 		running map[bfKey]bool
 	}
 	usage atomic.Pointer[[]*pb.PGUsage]
+	io    iostat.Counters // client reads and writes served, for heartbeats
 }
 
 type pgKey struct {
@@ -227,7 +229,7 @@ func (s *Server) heartbeat() {
 	sent := time.Now()
 	st := s.store.Stats()
 	req := &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_BRICK, MapEpoch: s.serving.Load().Epoch,
-		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr}
+		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr, Io: ioStats(s.io.Snapshot())}
 	if u := s.usage.Load(); u != nil {
 		req.Usage = *u
 	}
@@ -258,6 +260,12 @@ func (s *Server) heartbeat() {
 	}
 	s.installed.Store(resp.InstalledEpoch)
 	s.leaseUntil.Store(sent.Add(time.Duration(resp.LeaseMs) * time.Millisecond).UnixNano())
+}
+
+// ioStats converts counters for the heartbeat (proto IOStats).
+func ioStats(c iostat.Snapshot) *pb.IOStats {
+	return &pb.IOStats{ReadOps: c.Read.Ops, ReadBytes: c.Read.Bytes, ReadLatency: c.Read.Latency,
+		WriteOps: c.Write.Ops, WriteBytes: c.Write.Bytes, WriteLatency: c.Write.Latency}
 }
 
 func (s *Server) leaseValid() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }

@@ -25,7 +25,7 @@ func (s *Server) RegisterLockServer(ctx context.Context, r *pb.RegisterLockServe
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("lock server registered", "name", r.Name, "addr", r.Addr, "incarnation", m.LockServer(r.Name).Incarnation)
+		s.log.InfoContext(ctx, "lock server registered", "name", r.Name, "addr", r.Addr, "incarnation", m.LockServer(r.Name).Incarnation)
 		return &pb.RegisterLockServerResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RegisterLockServerResponse, error) {
 		return cl.RegisterLockServer(ctx, r)
@@ -46,7 +46,7 @@ func (s *Server) OpenSession(ctx context.Context, r *pb.OpenSessionRequest) (*pb
 		if err := s.fenceInForce(r.Clerk, m.FenceEpoch(r.Clerk), m.Epoch); err != nil {
 			return nil, err
 		}
-		s.log.Info("session opened", "clerk", r.Clerk, "session", session, "tables", r.Tables)
+		s.log.InfoContext(ctx, "session opened", "clerk", r.Clerk, "session", session, "tables", r.Tables)
 		return &pb.OpenSessionResponse{Session: session}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.OpenSessionResponse, error) { return cl.OpenSession(ctx, r) })
 }
@@ -77,7 +77,7 @@ func (s *Server) RecordRecovered(ctx context.Context, r *pb.RecordRecoveredReque
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("recovery recorded", "clerk", r.Clerk, "session", r.Session, "table", r.Table)
+		s.log.InfoContext(ctx, "recovery recorded", "clerk", r.Clerk, "session", r.Session, "table", r.Table)
 		return &pb.RecordRecoveredResponse{}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RecordRecoveredResponse, error) { return cl.RecordRecovered(ctx, r) })
 }

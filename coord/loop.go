@@ -30,6 +30,10 @@ func (s *Server) loop() {
 			return
 		case <-t.C:
 		}
+		if s.raft.State() == raft.Shutdown {
+			s.noteRemoved()
+			continue
+		}
 		leader := s.raft.State() == raft.Leader
 		if leader && !wasLeader {
 			// A new leader has no heartbeat history: give every member a

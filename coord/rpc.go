@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
@@ -52,7 +53,7 @@ func (s *Server) Join(ctx context.Context, r *pb.JoinRequest) (*pb.JoinResponse,
 		if err := s.raft.AddVoter(raft.ServerID(r.Name), raft.ServerAddress(r.Addr), 0, 10*time.Second).Error(); err != nil {
 			return nil, fmt.Errorf("add coordinator %s at %s: %w", r.Name, r.Addr, err)
 		}
-		s.log.Info("coordinator joined", "name", r.Name, "addr", r.Addr)
+		s.log.InfoContext(ctx, "coordinator joined", "name", r.Name, "addr", r.Addr)
 		return &pb.JoinResponse{}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.JoinResponse, error) { return cl.Join(ctx, r) })
 }
@@ -88,7 +89,7 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("brick registered", "name", r.Name, "addr", r.Addr, "domain", r.Domain)
+		s.log.InfoContext(ctx, "brick registered", "name", r.Name, "addr", r.Addr, "domain", r.Domain)
 		return &pb.RegisterBrickResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RegisterBrickResponse, error) { return cl.RegisterBrick(ctx, r) })
 }
@@ -103,6 +104,11 @@ func (s *Server) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.Hea
 			u := brickUsage{used: r.UsedBytes, capacity: r.CapacityBytes, chunks: map[pgKey]int64{}}
 			for _, pu := range r.Usage {
 				u.chunks[pgKey{pu.Vol, pu.Pg}] = pu.Chunks
+			}
+			if io := r.Io; io != nil {
+				u.io = &iostat.Snapshot{
+					Read:  iostat.Op{Ops: io.ReadOps, Bytes: io.ReadBytes, Latency: iostat.Trim(io.ReadLatency)},
+					Write: iostat.Op{Ops: io.WriteOps, Bytes: io.WriteBytes, Latency: iostat.Trim(io.WriteLatency)}}
 			}
 			s.mu.usage[r.Name] = u
 		}
@@ -151,7 +157,7 @@ func (s *Server) CreateVolume(ctx context.Context, r *pb.CreateVolumeRequest) (*
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs)
+		s.log.InfoContext(ctx, "volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs)
 		return &pb.CreateVolumeResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.CreateVolumeResponse, error) { return cl.CreateVolume(ctx, r) })
 }
@@ -187,7 +193,7 @@ func (s *Server) Fence(ctx context.Context, r *pb.FenceRequest) (*pb.FenceRespon
 		if err := s.fenceInForce(r.Writer, m.FenceEpoch(r.Writer), m.Epoch); err != nil {
 			return nil, status.Error(codes.DeadlineExceeded, err.Error())
 		}
-		s.log.Info("writer fenced", "writer", r.Writer, "epoch", m.FenceEpoch(r.Writer))
+		s.log.InfoContext(ctx, "writer fenced", "writer", r.Writer, "epoch", m.FenceEpoch(r.Writer))
 		return &pb.FenceResponse{Epoch: m.FenceEpoch(r.Writer)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.FenceResponse, error) { return cl.Fence(ctx, r) })
 }
@@ -225,7 +231,7 @@ func (s *Server) Snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Snaps
 		if pending := s.waitInstalled(m.Epoch, limits.FenceWaitMax); len(pending) > 0 {
 			return nil, status.Errorf(codes.DeadlineExceeded, "snapshot %s recorded at map epoch %d, but bricks %v have not confirmed it yet; it may still include writes that follow", r.Name, m.Epoch, pending)
 		}
-		s.log.Info("snapshot taken", "volume", r.Volume, "name", r.Name, "gen", gen)
+		s.log.InfoContext(ctx, "snapshot taken", "volume", r.Volume, "name", r.Name, "gen", gen)
 		return &pb.SnapshotResponse{Gen: gen}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.SnapshotResponse, error) { return cl.Snapshot(ctx, r) })
 }
@@ -317,7 +323,7 @@ func (s *Server) ReplicaFailed(ctx context.Context, r *pb.ReplicaFailedRequest) 
 			return n, nil
 		})
 		if err == nil {
-			s.log.Warn("replica missed a change; resyncing it", "vol", r.Vol, "pg", r.Pg, "brick", r.Brick)
+			s.log.WarnContext(ctx, "replica missed a change; resyncing it", "vol", r.Vol, "pg", r.Pg, "brick", r.Brick)
 		}
 		return &pb.ReplicaFailedResponse{}, err
 	}, func(cl pb.CoordinatorClient) (*pb.ReplicaFailedResponse, error) { return cl.ReplicaFailed(ctx, r) })

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
@@ -53,6 +55,8 @@ type Server struct {
 
 	propMu sync.Mutex // serialises map changes on the leader
 
+	removedNoted atomic.Bool // noteRemoved logged already
+
 	mu struct {
 		sync.Mutex
 		leaderSince time.Time
@@ -66,6 +70,7 @@ type Server struct {
 type brickUsage struct {
 	used, capacity int64
 	chunks         map[pgKey]int64
+	io             *iostat.Snapshot // nil: the brick sent none
 }
 
 type pgKey struct {
@@ -159,10 +164,13 @@ func (s *Server) Stop() {
 	s.mu.Unlock()
 }
 
-// joinLoop asks the existing cluster to add this coordinator, until it is a member.
+// joinLoop asks the existing cluster to add this coordinator, until it is
+// a member. A coordinator restarting on its Raft state asks only if it
+// hears no leader for rejoinAfter: it was removed (`plumeria coord remove`)
+// and nobody talks to it any more.
 func (s *Server) joinLoop(existing bool) {
 	defer s.wg.Done()
-	if existing || len(s.cfg.Join) == 0 {
+	if len(s.cfg.Join) == 0 || existing && s.waitMember() {
 		return
 	}
 	cl, err := coordclient.New(s.cfg.Join...)
@@ -189,6 +197,42 @@ func (s *Server) joinLoop(existing bool) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// rejoinAfter is how long a restarted coordinator waits to hear from a
+// leader that counts it as a member before it asks to join again.
+const rejoinAfter = 5 * time.Second
+
+// waitMember reports whether, within rejoinAfter, a leader is known and
+// the configuration names this coordinator (or Stop was called).
+func (s *Server) waitMember() bool {
+	deadline := time.After(rejoinAfter)
+	for {
+		if _, id := s.raft.LeaderWithID(); id != "" && s.inConfiguration() {
+			return true
+		}
+		select {
+		case <-s.stop:
+			return true
+		case <-deadline:
+			s.log.Warn("no leader counts this coordinator as a member (was it removed?); asking to join again", "via", s.cfg.Join)
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) inConfiguration() bool {
+	f := s.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, srv := range f.Configuration().Servers {
+		if srv.ID == raft.ServerID(s.cfg.Name) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) isLeader() bool { return s.raft.State() == raft.Leader }

@@ -6,9 +6,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
@@ -18,15 +17,19 @@ const StatusVersion = 1
 // Status is what `plumeria status --json` prints. Documented in docs/status-json.md;
 // add fields freely, but renaming or removing one needs a new StatusVersion.
 type Status struct {
-	Version      int                  `json:"version"`
-	MapEpoch     uint64               `json:"map_epoch"`
-	Leader       string               `json:"leader"`
-	Coordinators []CoordinatorStatus  `json:"coordinators"`
-	Bricks       []BrickStatus        `json:"bricks"`
-	Volumes      []VolumeStatus       `json:"volumes"`
-	Fences       map[string]uint64    `json:"fences,omitempty"`
-	LockServers  []LockServerStatus   `json:"lock_servers,omitempty"`
-	Sessions     []clustermap.Session `json:"sessions,omitempty"`
+	Version      int                 `json:"version"`
+	MapEpoch     uint64              `json:"map_epoch"`
+	Leader       string              `json:"leader"`
+	Coordinators []CoordinatorStatus `json:"coordinators"`
+	Bricks       []BrickStatus       `json:"bricks"`
+	Volumes      []VolumeStatus      `json:"volumes"`
+	Fences       map[string]uint64   `json:"fences,omitempty"`
+	// FencesInForce: clerk → fence every brick enforces; that clerk's
+	// sessions below it may be recovered (recovery in progress while
+	// they are still listed in Sessions).
+	FencesInForce map[string]uint64    `json:"fences_in_force,omitempty"`
+	LockServers   []LockServerStatus   `json:"lock_servers,omitempty"`
+	Sessions      []clustermap.Session `json:"sessions,omitempty"`
 }
 
 type LockServerStatus struct {
@@ -56,6 +59,9 @@ type BrickStatus struct {
 	CapacityBytes int64             `json:"capacity_bytes"`
 	PGs           int               `json:"pgs"`
 	LastSeen      int64             `json:"last_seen_ms_ago"`
+	// IO: client reads and writes the brick served as primary since its
+	// process started (from its last heartbeat); nil if it reported none.
+	IO *iostat.Snapshot `json:"io,omitempty"`
 }
 
 type VolumeStatus struct {
@@ -73,11 +79,15 @@ type VolumeStatus struct {
 }
 
 func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return forward(s, ctx, func() (*pb.StatusResponse, error) {
+	resp, err := forward(s, ctx, func() (*pb.StatusResponse, error) {
 		st := s.status(time.Now())
 		b, err := json.Marshal(st)
 		return &pb.StatusResponse{StatusJson: b}, err
 	}, func(cl pb.CoordinatorClient) (*pb.StatusResponse, error) { return cl.Status(ctx, r) })
+	if resp != nil {
+		resp.TimeUnixNs = time.Now().UnixNano() // this coordinator's clock, for `plumeria doctor`
+	}
+	return resp, err
 }
 
 func msAgo(seen map[string]time.Time, name string, now time.Time) int64 {
@@ -90,24 +100,17 @@ func msAgo(seen map[string]time.Time, name string, now time.Time) int64 {
 
 func (s *Server) status(now time.Time) Status {
 	m := s.fsm.Map()
-	st := Status{Version: StatusVersion, MapEpoch: m.Epoch, Fences: m.Fences}
+	st := Status{Version: StatusVersion, MapEpoch: m.Epoch, Fences: m.Fences, FencesInForce: m.FencesInForce}
 	_, leaderID := s.raft.LeaderWithID()
 	st.Leader = string(leaderID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if f := s.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			c := CoordinatorStatus{Name: string(srv.ID), Addr: string(srv.Address), Leader: srv.ID == leaderID,
-				Voter: srv.Suffrage == raft.Voter, LastSeen: msAgo(s.mu.seen, string(srv.ID), now)}
-			c.Up = c.Leader || c.LastSeen >= 0 && time.Duration(c.LastSeen)*time.Millisecond < s.cfg.DeadAfter
-			st.Coordinators = append(st.Coordinators, c)
-		}
-	}
+	st.Coordinators, _ = s.coordinatorsLocked(leaderID, now)
 	for _, b := range m.Bricks {
 		u := s.mu.usage[b.Name]
 		st.Bricks = append(st.Bricks, BrickStatus{Name: b.Name, Addr: b.Addr, State: string(b.State), Draining: b.Draining,
 			Domain: b.Domain, UsedBytes: u.used, CapacityBytes: max(u.capacity, b.CapacityBytes),
-			PGs: clustermap.PGsOn(m, b.Name), LastSeen: msAgo(s.mu.seen, b.Name, now)})
+			PGs: clustermap.PGsOn(m, b.Name), LastSeen: msAgo(s.mu.seen, b.Name, now), IO: u.io})
 	}
 	for _, l := range m.LockServers {
 		ls := LockServerStatus{Name: l.Name, Addr: l.Addr, State: string(l.State), LastSeen: msAgo(s.mu.seen, l.Name, now)}

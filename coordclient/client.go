@@ -19,6 +19,7 @@ import (
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/reqid"
 )
 
 // Client talks to a coordinator group.
@@ -56,12 +57,13 @@ func New(addrs ...string) (*Client, error) {
 	return c, nil
 }
 
-// Dial opens a gRPC connection with Plumeria's options (message size limits).
+// Dial opens a gRPC connection with Plumeria's options (message size
+// limits; the request id of each call's context travels as metadata).
 func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+	return grpc.NewClient(addr, append(reqid.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
-	)
+	)...)
 }
 
 // Addrs returns the coordinator addresses.

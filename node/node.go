@@ -1,7 +1,7 @@
 // Package node wires the roles of one Plumeria server process together:
 // one TCP port shared by gRPC and Raft, a coordinator and/or a brick, and
-// an optional HTTP port for /metrics. `plumeria server` and `plumeria up`
-// both use it.
+// an optional HTTP port for /metrics (and, on a coordinator, the dashboard).
+// `plumeria server` and `plumeria up` both use it.
 package node
 
 import (
@@ -9,12 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"path/filepath"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/brick"
@@ -23,6 +19,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
+	"github.com/plumeria-fs/plumeria/internal/reqid"
 	lockserver "github.com/plumeria-fs/plumeria/lock/server"
 )
 
@@ -54,7 +51,7 @@ type Node struct {
 	fatal    chan error // a role that cannot go on
 	stopLock context.CancelFunc
 	cc       *coordclient.Client
-	http     *http.Server
+	http     *httpServer // nil: no HTTP port (node/http.go)
 }
 
 // Start brings the roles up. It returns once the brick (if any) has
@@ -66,6 +63,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = reqid.Logger(cfg.Logger) // records logged with a request's ctx carry req=<id>
 	mux, err := netmux.Listen(cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
@@ -74,7 +72,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Advertise = mux.Addr().String()
 	}
 	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
-	n.gs = grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
+	n.gs = grpc.NewServer(append(reqid.ServerOptions(cfg.Logger), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))...)
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
@@ -114,15 +112,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	go n.gs.Serve(mux.GRPC())
-	if cfg.MetricsListen != "" {
-		ln, err := net.Listen("tcp", cfg.MetricsListen)
-		if err != nil {
-			return fail(fmt.Errorf("server: metrics listen on %s: %w", cfg.MetricsListen, err))
-		}
-		m := http.NewServeMux()
-		m.Handle("/metrics", promhttp.Handler())
-		n.http = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-		go n.http.Serve(ln)
+	if err := n.startHTTP(); err != nil {
+		return fail(err)
 	}
 	if n.brick != nil {
 		if err := n.brick.Run(ctx); err != nil {

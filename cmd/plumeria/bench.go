@@ -52,7 +52,7 @@ func benchVdiskCmd() *cobra.Command {
 		ctx := cmd.Context()
 		if coordAddr == "" {
 			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-			lc, err := startLocalCluster(ctx, filepath.Join(dir, "cluster"), "127.0.0.1", 0, 3, log)
+			lc, err := startLocalCluster(ctx, filepath.Join(dir, "cluster"), "127.0.0.1", 0, 3, "", log)
 			if err != nil {
 				return err
 			}

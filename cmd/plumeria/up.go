@@ -25,20 +25,24 @@ import (
 type localCluster struct {
 	nodes []*node.Node
 	coord string
+	http  string // the coordinator's dashboard and /metrics; "" none
 }
 
-func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks int, log *slog.Logger) (*localCluster, error) {
+// startLocalCluster starts the cluster; httpAddr (may be "") is where the
+// coordinator serves its dashboard and /metrics.
+func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks int, httpAddr string, log *slog.Logger) (*localCluster, error) {
 	lc := &localCluster{}
 	addr := func(i int) string { return net.JoinHostPort(host, strconv.Itoa(basePort+i)) }
 	if basePort == 0 {
 		addr = func(int) string { return net.JoinHostPort(host, "0") }
 	}
-	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Lock: true, Logger: log})
+	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Lock: true,
+		MetricsListen: httpAddr, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	lc.nodes = append(lc.nodes, c)
-	lc.coord = c.Addr()
+	lc.coord, lc.http = c.Addr(), httpAddr
 	for i := 1; i <= bricks; i++ {
 		name := fmt.Sprintf("brick%d", i)
 		// All bricks share this machine: their host domain says so.
@@ -75,7 +79,7 @@ func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 }
 
 func upCmd() *cobra.Command {
-	var dir, mnt string
+	var dir, mnt, httpAddr string
 	var port int
 	c := &cobra.Command{
 		Use:   "up [--dir DIR] [--mount MNT]",
@@ -85,12 +89,19 @@ func upCmd() *cobra.Command {
 	c.Flags().StringVar(&dir, "dir", defaultUpDir(), "where the cluster keeps its state")
 	c.Flags().StringVar(&mnt, "mount", "", "mount point (default DIR/mnt); created if missing")
 	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
+	c.Flags().StringVar(&httpAddr, "http", "", `HOST:PORT of the web dashboard and /metrics (default 127.0.0.1:<port+9>; "none" for neither)`)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
+		switch httpAddr {
+		case "":
+			httpAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port+9))
+		case "none":
+			httpAddr = ""
+		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-		lc, err := startLocalCluster(cmd.Context(), dir, "127.0.0.1", port, 3, log)
+		lc, err := startLocalCluster(cmd.Context(), dir, "127.0.0.1", port, 3, httpAddr, log)
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
@@ -121,6 +132,9 @@ func upCmd() *cobra.Command {
 		}
 		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (3 replicas), state in %s\n", lc.coord, dir)
 		fmt.Printf("mounted on %s\n", mnt)
+		if lc.http != "" {
+			fmt.Printf("dashboard: http://%s/\n", lc.http)
+		}
 		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\nCtrl-C unmounts and stops.\n", mnt, mnt, lc.coord)
 		err = m.wait(ctx)
 		fmt.Println("stopped")

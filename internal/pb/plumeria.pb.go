@@ -74,7 +74,7 @@ func (x HeartbeatRequest_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HeartbeatRequest_Kind.Descriptor instead.
 func (HeartbeatRequest_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{5, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{7, 0}
 }
 
 type BlockOp_Kind int32
@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41, 0}
 }
 
 type JoinRequest struct {
@@ -214,6 +214,86 @@ func (*JoinResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{1}
 }
 
+type RemoveCoordinatorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveCoordinatorRequest) Reset() {
+	*x = RemoveCoordinatorRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveCoordinatorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveCoordinatorRequest) ProtoMessage() {}
+
+func (x *RemoveCoordinatorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveCoordinatorRequest.ProtoReflect.Descriptor instead.
+func (*RemoveCoordinatorRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RemoveCoordinatorRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveCoordinatorResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveCoordinatorResponse) Reset() {
+	*x = RemoveCoordinatorResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveCoordinatorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveCoordinatorResponse) ProtoMessage() {}
+
+func (x *RemoveCoordinatorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveCoordinatorResponse.ProtoReflect.Descriptor instead.
+func (*RemoveCoordinatorResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{3}
+}
+
 type RegisterBrickRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -226,7 +306,7 @@ type RegisterBrickRequest struct {
 
 func (x *RegisterBrickRequest) Reset() {
 	*x = RegisterBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[2]
+	mi := &file_proto_plumeria_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +318,7 @@ func (x *RegisterBrickRequest) String() string {
 func (*RegisterBrickRequest) ProtoMessage() {}
 
 func (x *RegisterBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[2]
+	mi := &file_proto_plumeria_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +331,7 @@ func (x *RegisterBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrickRequest.ProtoReflect.Descriptor instead.
 func (*RegisterBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{2}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RegisterBrickRequest) GetName() string {
@@ -291,7 +371,7 @@ type RegisterBrickResponse struct {
 
 func (x *RegisterBrickResponse) Reset() {
 	*x = RegisterBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[3]
+	mi := &file_proto_plumeria_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +383,7 @@ func (x *RegisterBrickResponse) String() string {
 func (*RegisterBrickResponse) ProtoMessage() {}
 
 func (x *RegisterBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[3]
+	mi := &file_proto_plumeria_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +396,7 @@ func (x *RegisterBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterBrickResponse.ProtoReflect.Descriptor instead.
 func (*RegisterBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{3}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RegisterBrickResponse) GetMapJson() []byte {
@@ -337,7 +417,7 @@ type PGUsage struct {
 
 func (x *PGUsage) Reset() {
 	*x = PGUsage{}
-	mi := &file_proto_plumeria_proto_msgTypes[4]
+	mi := &file_proto_plumeria_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -349,7 +429,7 @@ func (x *PGUsage) String() string {
 func (*PGUsage) ProtoMessage() {}
 
 func (x *PGUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[4]
+	mi := &file_proto_plumeria_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -362,7 +442,7 @@ func (x *PGUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGUsage.ProtoReflect.Descriptor instead.
 func (*PGUsage) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{4}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PGUsage) GetVol() uint64 {
@@ -395,13 +475,14 @@ type HeartbeatRequest struct {
 	CapacityBytes int64                  `protobuf:"varint,5,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	Usage         []*PGUsage             `protobuf:"bytes,6,rep,name=usage,proto3" json:"usage,omitempty"`
 	Addr          string                 `protobuf:"bytes,7,opt,name=addr,proto3" json:"addr,omitempty"`
+	Io            *IOStats               `protobuf:"bytes,8,opt,name=io,proto3" json:"io,omitempty"` // bricks: requests served as primary (for the dashboard)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[5]
+	mi := &file_proto_plumeria_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +494,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[5]
+	mi := &file_proto_plumeria_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +507,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{5}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *HeartbeatRequest) GetName() string {
@@ -478,6 +559,104 @@ func (x *HeartbeatRequest) GetAddr() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetIo() *IOStats {
+	if x != nil {
+		return x.Io
+	}
+	return nil
+}
+
+// IOStats counts the client reads and writes a brick served as primary,
+// since the brick process started: every field only grows, and all restart
+// at zero with the process. Latency is from request arrival to answer
+// (writes include replication). The histograms are internal/iostat's
+// log-linear buckets (bucket i counts requests whose latency in
+// microseconds falls in [iostat.BucketLow(i), iostat.BucketLow(i+1))),
+// trailing empty buckets left off.
+type IOStats struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReadOps       uint64                 `protobuf:"varint,1,opt,name=read_ops,json=readOps,proto3" json:"read_ops,omitempty"`
+	ReadBytes     uint64                 `protobuf:"varint,2,opt,name=read_bytes,json=readBytes,proto3" json:"read_bytes,omitempty"`
+	WriteOps      uint64                 `protobuf:"varint,3,opt,name=write_ops,json=writeOps,proto3" json:"write_ops,omitempty"`
+	WriteBytes    uint64                 `protobuf:"varint,4,opt,name=write_bytes,json=writeBytes,proto3" json:"write_bytes,omitempty"`
+	ReadLatency   []uint64               `protobuf:"varint,5,rep,packed,name=read_latency,json=readLatency,proto3" json:"read_latency,omitempty"`
+	WriteLatency  []uint64               `protobuf:"varint,6,rep,packed,name=write_latency,json=writeLatency,proto3" json:"write_latency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IOStats) Reset() {
+	*x = IOStats{}
+	mi := &file_proto_plumeria_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IOStats) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IOStats) ProtoMessage() {}
+
+func (x *IOStats) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IOStats.ProtoReflect.Descriptor instead.
+func (*IOStats) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *IOStats) GetReadOps() uint64 {
+	if x != nil {
+		return x.ReadOps
+	}
+	return 0
+}
+
+func (x *IOStats) GetReadBytes() uint64 {
+	if x != nil {
+		return x.ReadBytes
+	}
+	return 0
+}
+
+func (x *IOStats) GetWriteOps() uint64 {
+	if x != nil {
+		return x.WriteOps
+	}
+	return 0
+}
+
+func (x *IOStats) GetWriteBytes() uint64 {
+	if x != nil {
+		return x.WriteBytes
+	}
+	return 0
+}
+
+func (x *IOStats) GetReadLatency() []uint64 {
+	if x != nil {
+		return x.ReadLatency
+	}
+	return nil
+}
+
+func (x *IOStats) GetWriteLatency() []uint64 {
+	if x != nil {
+		return x.WriteLatency
+	}
+	return nil
+}
+
 type HeartbeatResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	MapJson []byte                 `protobuf:"bytes,1,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`  // empty when the caller's map is current
@@ -493,7 +672,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[6]
+	mi := &file_proto_plumeria_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +684,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[6]
+	mi := &file_proto_plumeria_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +697,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{6}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatResponse) GetMapJson() []byte {
@@ -551,7 +730,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[7]
+	mi := &file_proto_plumeria_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +742,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[7]
+	mi := &file_proto_plumeria_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +755,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{7}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetMapRequest) GetMinEpoch() uint64 {
@@ -595,7 +774,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[8]
+	mi := &file_proto_plumeria_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -607,7 +786,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[8]
+	mi := &file_proto_plumeria_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -620,7 +799,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{8}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetMapResponse) GetMapJson() []byte {
@@ -643,7 +822,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[9]
+	mi := &file_proto_plumeria_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +834,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[9]
+	mi := &file_proto_plumeria_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +847,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{9}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -715,7 +894,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[10]
+	mi := &file_proto_plumeria_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +906,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[10]
+	mi := &file_proto_plumeria_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +919,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{10}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateVolumeResponse) GetMapJson() []byte {
@@ -760,7 +939,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[11]
+	mi := &file_proto_plumeria_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +951,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[11]
+	mi := &file_proto_plumeria_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +964,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{11}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *FenceRequest) GetWriter() string {
@@ -811,7 +990,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[12]
+	mi := &file_proto_plumeria_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -823,7 +1002,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[12]
+	mi := &file_proto_plumeria_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -836,7 +1015,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{12}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FenceResponse) GetEpoch() uint64 {
@@ -856,7 +1035,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[13]
+	mi := &file_proto_plumeria_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1047,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[13]
+	mi := &file_proto_plumeria_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1060,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{13}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotRequest) GetVolume() string {
@@ -907,7 +1086,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[14]
+	mi := &file_proto_plumeria_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +1098,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[14]
+	mi := &file_proto_plumeria_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +1111,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{14}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotResponse) GetGen() uint64 {
@@ -951,7 +1130,7 @@ type DrainBrickRequest struct {
 
 func (x *DrainBrickRequest) Reset() {
 	*x = DrainBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[15]
+	mi := &file_proto_plumeria_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1142,7 @@ func (x *DrainBrickRequest) String() string {
 func (*DrainBrickRequest) ProtoMessage() {}
 
 func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[15]
+	mi := &file_proto_plumeria_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1155,7 @@ func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickRequest.ProtoReflect.Descriptor instead.
 func (*DrainBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{15}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DrainBrickRequest) GetName() string {
@@ -995,7 +1174,7 @@ type DrainBrickResponse struct {
 
 func (x *DrainBrickResponse) Reset() {
 	*x = DrainBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[16]
+	mi := &file_proto_plumeria_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1186,7 @@ func (x *DrainBrickResponse) String() string {
 func (*DrainBrickResponse) ProtoMessage() {}
 
 func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[16]
+	mi := &file_proto_plumeria_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1199,7 @@ func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickResponse.ProtoReflect.Descriptor instead.
 func (*DrainBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{16}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DrainBrickResponse) GetPgsRemaining() int64 {
@@ -1040,7 +1219,7 @@ type RemoveBrickRequest struct {
 
 func (x *RemoveBrickRequest) Reset() {
 	*x = RemoveBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[17]
+	mi := &file_proto_plumeria_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1231,7 @@ func (x *RemoveBrickRequest) String() string {
 func (*RemoveBrickRequest) ProtoMessage() {}
 
 func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[17]
+	mi := &file_proto_plumeria_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1244,7 @@ func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{17}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RemoveBrickRequest) GetName() string {
@@ -1090,7 +1269,7 @@ type RemoveBrickResponse struct {
 
 func (x *RemoveBrickResponse) Reset() {
 	*x = RemoveBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[18]
+	mi := &file_proto_plumeria_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1281,7 @@ func (x *RemoveBrickResponse) String() string {
 func (*RemoveBrickResponse) ProtoMessage() {}
 
 func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[18]
+	mi := &file_proto_plumeria_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1294,7 @@ func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{18}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
 }
 
 // since: the PG's Since when the backfill started; primary: the reporter.
@@ -1132,7 +1311,7 @@ type PGSyncedRequest struct {
 
 func (x *PGSyncedRequest) Reset() {
 	*x = PGSyncedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[19]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1323,7 @@ func (x *PGSyncedRequest) String() string {
 func (*PGSyncedRequest) ProtoMessage() {}
 
 func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[19]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1336,7 @@ func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedRequest.ProtoReflect.Descriptor instead.
 func (*PGSyncedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{19}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PGSyncedRequest) GetVol() uint64 {
@@ -1203,7 +1382,7 @@ type PGSyncedResponse struct {
 
 func (x *PGSyncedResponse) Reset() {
 	*x = PGSyncedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1394,7 @@ func (x *PGSyncedResponse) String() string {
 func (*PGSyncedResponse) ProtoMessage() {}
 
 func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1407,7 @@ func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedResponse.ProtoReflect.Descriptor instead.
 func (*PGSyncedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
 }
 
 type ReplicaFailedRequest struct {
@@ -1243,7 +1422,7 @@ type ReplicaFailedRequest struct {
 
 func (x *ReplicaFailedRequest) Reset() {
 	*x = ReplicaFailedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1434,7 @@ func (x *ReplicaFailedRequest) String() string {
 func (*ReplicaFailedRequest) ProtoMessage() {}
 
 func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1447,7 @@ func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReplicaFailedRequest) GetVol() uint64 {
@@ -1307,7 +1486,7 @@ type ReplicaFailedResponse struct {
 
 func (x *ReplicaFailedResponse) Reset() {
 	*x = ReplicaFailedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1498,7 @@ func (x *ReplicaFailedResponse) String() string {
 func (*ReplicaFailedResponse) ProtoMessage() {}
 
 func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1511,7 @@ func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
 }
 
 type RegisterLockServerRequest struct {
@@ -1345,7 +1524,7 @@ type RegisterLockServerRequest struct {
 
 func (x *RegisterLockServerRequest) Reset() {
 	*x = RegisterLockServerRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1536,7 @@ func (x *RegisterLockServerRequest) String() string {
 func (*RegisterLockServerRequest) ProtoMessage() {}
 
 func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1549,7 @@ func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RegisterLockServerRequest) GetName() string {
@@ -1396,7 +1575,7 @@ type RegisterLockServerResponse struct {
 
 func (x *RegisterLockServerResponse) Reset() {
 	*x = RegisterLockServerResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1587,7 @@ func (x *RegisterLockServerResponse) String() string {
 func (*RegisterLockServerResponse) ProtoMessage() {}
 
 func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1600,7 @@ func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RegisterLockServerResponse) GetMapJson() []byte {
@@ -1441,7 +1620,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1632,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1645,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OpenSessionRequest) GetClerk() string {
@@ -1492,7 +1671,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1504,7 +1683,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1517,7 +1696,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OpenSessionResponse) GetSession() uint64 {
@@ -1538,7 +1717,7 @@ type RecordRecoveredRequest struct {
 
 func (x *RecordRecoveredRequest) Reset() {
 	*x = RecordRecoveredRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1729,7 @@ func (x *RecordRecoveredRequest) String() string {
 func (*RecordRecoveredRequest) ProtoMessage() {}
 
 func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1742,7 @@ func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredRequest.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecordRecoveredRequest) GetClerk() string {
@@ -1595,7 +1774,7 @@ type RecordRecoveredResponse struct {
 
 func (x *RecordRecoveredResponse) Reset() {
 	*x = RecordRecoveredResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1786,7 @@ func (x *RecordRecoveredResponse) String() string {
 func (*RecordRecoveredResponse) ProtoMessage() {}
 
 func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1799,7 @@ func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredResponse.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 type StatusRequest struct {
@@ -1631,7 +1810,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1822,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,19 +1835,24 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 type StatusResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	StatusJson    []byte                 `protobuf:"bytes,1,opt,name=status_json,json=statusJson,proto3" json:"status_json,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	StatusJson []byte                 `protobuf:"bytes,1,opt,name=status_json,json=statusJson,proto3" json:"status_json,omitempty"`
+	// Wall clock of the coordinator that answered (not the leader it may
+	// have forwarded to), read just before answering, in ns since the Unix
+	// epoch; 0 from coordinators older than this field. `plumeria doctor`
+	// estimates clock skew from it.
+	TimeUnixNs    int64 `protobuf:"varint,2,opt,name=time_unix_ns,json=timeUnixNs,proto3" json:"time_unix_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1864,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1877,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -1701,6 +1885,13 @@ func (x *StatusResponse) GetStatusJson() []byte {
 		return x.StatusJson
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetTimeUnixNs() int64 {
+	if x != nil {
+		return x.TimeUnixNs
+	}
+	return 0
 }
 
 // Writer identity and fencing epoch, carried by every write.
@@ -1714,7 +1905,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1917,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1930,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Writer) GetId() string {
@@ -1772,7 +1963,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1975,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1988,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -1850,7 +2041,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +2053,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2066,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 type ReadRequest struct {
@@ -1892,7 +2083,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2095,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2108,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -1971,7 +2162,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2174,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2187,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2020,7 +2211,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2223,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2236,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2098,7 +2289,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2301,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2314,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 // One block-level change, as the store applies it.
@@ -2140,7 +2331,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2343,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2356,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2217,7 +2408,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2420,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2433,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2295,7 +2486,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2498,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2511,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 type InventoryRequest struct {
@@ -2334,7 +2525,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2537,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2550,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2394,7 +2585,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2597,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2610,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2452,7 +2643,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2655,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2668,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2505,7 +2696,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2708,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2721,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2584,7 +2775,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2787,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2800,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2630,7 +2821,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2833,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2846,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -2690,7 +2881,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2893,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2906,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -2747,7 +2938,10 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vJoinRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\"\x0e\n" +
-	"\fJoinResponse\"\xe7\x01\n" +
+	"\fJoinResponse\".\n" +
+	"\x18RemoveCoordinatorRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
+	"\x19RemoveCoordinatorResponse\"\xe7\x01\n" +
 	"\x14RegisterBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12E\n" +
@@ -2761,7 +2955,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\aPGUsage\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xb6\x02\n" +
+	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xdc\x02\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".plumeria.v1.HeartbeatRequest.KindR\x04kind\x12\x1b\n" +
@@ -2770,11 +2964,21 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"used_bytes\x18\x04 \x01(\x03R\tusedBytes\x12%\n" +
 	"\x0ecapacity_bytes\x18\x05 \x01(\x03R\rcapacityBytes\x12*\n" +
 	"\x05usage\x18\x06 \x03(\v2\x14.plumeria.v1.PGUsageR\x05usage\x12\x12\n" +
-	"\x04addr\x18\a \x01(\tR\x04addr\"3\n" +
+	"\x04addr\x18\a \x01(\tR\x04addr\x12$\n" +
+	"\x02io\x18\b \x01(\v2\x14.plumeria.v1.IOStatsR\x02io\"3\n" +
 	"\x04Kind\x12\t\n" +
 	"\x05BRICK\x10\x00\x12\x0f\n" +
 	"\vCOORDINATOR\x10\x01\x12\x0f\n" +
-	"\vLOCK_SERVER\x10\x02\"r\n" +
+	"\vLOCK_SERVER\x10\x02\"\xc9\x01\n" +
+	"\aIOStats\x12\x19\n" +
+	"\bread_ops\x18\x01 \x01(\x04R\areadOps\x12\x1d\n" +
+	"\n" +
+	"read_bytes\x18\x02 \x01(\x04R\treadBytes\x12\x1b\n" +
+	"\twrite_ops\x18\x03 \x01(\x04R\bwriteOps\x12\x1f\n" +
+	"\vwrite_bytes\x18\x04 \x01(\x04R\n" +
+	"writeBytes\x12!\n" +
+	"\fread_latency\x18\x05 \x03(\x04R\vreadLatency\x12#\n" +
+	"\rwrite_latency\x18\x06 \x03(\x04R\fwriteLatency\"r\n" +
 	"\x11HeartbeatResponse\x12\x19\n" +
 	"\bmap_json\x18\x01 \x01(\fR\amapJson\x12\x19\n" +
 	"\blease_ms\x18\x02 \x01(\x03R\aleaseMs\x12'\n" +
@@ -2838,10 +3042,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\"\x19\n" +
 	"\x17RecordRecoveredResponse\"\x0f\n" +
-	"\rStatusRequest\"1\n" +
+	"\rStatusRequest\"S\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
-	"statusJson\".\n" +
+	"statusJson\x12 \n" +
+	"\ftime_unix_ns\x18\x02 \x01(\x03R\n" +
+	"timeUnixNs\".\n" +
 	"\x06Writer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xa6\x01\n" +
@@ -2915,9 +3121,11 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xab\t\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\x8f\n" +
+	"\n" +
 	"\vCoordinator\x12;\n" +
-	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12V\n" +
+	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
+	"\x11RemoveCoordinator\x12%.plumeria.v1.RemoveCoordinatorRequest\x1a&.plumeria.v1.RemoveCoordinatorResponse\x12V\n" +
 	"\rRegisterBrick\x12!.plumeria.v1.RegisterBrickRequest\x1a\".plumeria.v1.RegisterBrickResponse\x12J\n" +
 	"\tHeartbeat\x12\x1d.plumeria.v1.HeartbeatRequest\x1a\x1e.plumeria.v1.HeartbeatResponse\x12A\n" +
 	"\x06GetMap\x12\x1a.plumeria.v1.GetMapRequest\x1a\x1b.plumeria.v1.GetMapResponse\x12S\n" +
@@ -2956,120 +3164,126 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
 	(*JoinRequest)(nil),                // 2: plumeria.v1.JoinRequest
 	(*JoinResponse)(nil),               // 3: plumeria.v1.JoinResponse
-	(*RegisterBrickRequest)(nil),       // 4: plumeria.v1.RegisterBrickRequest
-	(*RegisterBrickResponse)(nil),      // 5: plumeria.v1.RegisterBrickResponse
-	(*PGUsage)(nil),                    // 6: plumeria.v1.PGUsage
-	(*HeartbeatRequest)(nil),           // 7: plumeria.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),          // 8: plumeria.v1.HeartbeatResponse
-	(*GetMapRequest)(nil),              // 9: plumeria.v1.GetMapRequest
-	(*GetMapResponse)(nil),             // 10: plumeria.v1.GetMapResponse
-	(*CreateVolumeRequest)(nil),        // 11: plumeria.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),       // 12: plumeria.v1.CreateVolumeResponse
-	(*FenceRequest)(nil),               // 13: plumeria.v1.FenceRequest
-	(*FenceResponse)(nil),              // 14: plumeria.v1.FenceResponse
-	(*SnapshotRequest)(nil),            // 15: plumeria.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 16: plumeria.v1.SnapshotResponse
-	(*DrainBrickRequest)(nil),          // 17: plumeria.v1.DrainBrickRequest
-	(*DrainBrickResponse)(nil),         // 18: plumeria.v1.DrainBrickResponse
-	(*RemoveBrickRequest)(nil),         // 19: plumeria.v1.RemoveBrickRequest
-	(*RemoveBrickResponse)(nil),        // 20: plumeria.v1.RemoveBrickResponse
-	(*PGSyncedRequest)(nil),            // 21: plumeria.v1.PGSyncedRequest
-	(*PGSyncedResponse)(nil),           // 22: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),       // 23: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil),      // 24: plumeria.v1.ReplicaFailedResponse
-	(*RegisterLockServerRequest)(nil),  // 25: plumeria.v1.RegisterLockServerRequest
-	(*RegisterLockServerResponse)(nil), // 26: plumeria.v1.RegisterLockServerResponse
-	(*OpenSessionRequest)(nil),         // 27: plumeria.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),        // 28: plumeria.v1.OpenSessionResponse
-	(*RecordRecoveredRequest)(nil),     // 29: plumeria.v1.RecordRecoveredRequest
-	(*RecordRecoveredResponse)(nil),    // 30: plumeria.v1.RecordRecoveredResponse
-	(*StatusRequest)(nil),              // 31: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),             // 32: plumeria.v1.StatusResponse
-	(*Writer)(nil),                     // 33: plumeria.v1.Writer
-	(*WriteRequest)(nil),               // 34: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),              // 35: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                // 36: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),               // 37: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),            // 38: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),           // 39: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                    // 40: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),           // 41: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 42: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),           // 43: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),             // 44: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),          // 45: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),            // 46: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),           // 47: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),          // 48: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),         // 49: plumeria.v1.FetchBlockResponse
-	nil,                                // 50: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*RemoveCoordinatorRequest)(nil),   // 4: plumeria.v1.RemoveCoordinatorRequest
+	(*RemoveCoordinatorResponse)(nil),  // 5: plumeria.v1.RemoveCoordinatorResponse
+	(*RegisterBrickRequest)(nil),       // 6: plumeria.v1.RegisterBrickRequest
+	(*RegisterBrickResponse)(nil),      // 7: plumeria.v1.RegisterBrickResponse
+	(*PGUsage)(nil),                    // 8: plumeria.v1.PGUsage
+	(*HeartbeatRequest)(nil),           // 9: plumeria.v1.HeartbeatRequest
+	(*IOStats)(nil),                    // 10: plumeria.v1.IOStats
+	(*HeartbeatResponse)(nil),          // 11: plumeria.v1.HeartbeatResponse
+	(*GetMapRequest)(nil),              // 12: plumeria.v1.GetMapRequest
+	(*GetMapResponse)(nil),             // 13: plumeria.v1.GetMapResponse
+	(*CreateVolumeRequest)(nil),        // 14: plumeria.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),       // 15: plumeria.v1.CreateVolumeResponse
+	(*FenceRequest)(nil),               // 16: plumeria.v1.FenceRequest
+	(*FenceResponse)(nil),              // 17: plumeria.v1.FenceResponse
+	(*SnapshotRequest)(nil),            // 18: plumeria.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),           // 19: plumeria.v1.SnapshotResponse
+	(*DrainBrickRequest)(nil),          // 20: plumeria.v1.DrainBrickRequest
+	(*DrainBrickResponse)(nil),         // 21: plumeria.v1.DrainBrickResponse
+	(*RemoveBrickRequest)(nil),         // 22: plumeria.v1.RemoveBrickRequest
+	(*RemoveBrickResponse)(nil),        // 23: plumeria.v1.RemoveBrickResponse
+	(*PGSyncedRequest)(nil),            // 24: plumeria.v1.PGSyncedRequest
+	(*PGSyncedResponse)(nil),           // 25: plumeria.v1.PGSyncedResponse
+	(*ReplicaFailedRequest)(nil),       // 26: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),      // 27: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),  // 28: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil), // 29: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),         // 30: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),        // 31: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),     // 32: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),    // 33: plumeria.v1.RecordRecoveredResponse
+	(*StatusRequest)(nil),              // 34: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),             // 35: plumeria.v1.StatusResponse
+	(*Writer)(nil),                     // 36: plumeria.v1.Writer
+	(*WriteRequest)(nil),               // 37: plumeria.v1.WriteRequest
+	(*WriteResponse)(nil),              // 38: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                // 39: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),               // 40: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),            // 41: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),           // 42: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                    // 43: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),           // 44: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 45: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),           // 46: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),             // 47: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),          // 48: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),            // 49: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),           // 50: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),          // 51: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),         // 52: plumeria.v1.FetchBlockResponse
+	nil,                                // 53: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	50, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	53, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
-	6,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
-	33, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	33, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 5: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	33, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	40, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	44, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	40, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 10: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 11: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	7,  // 12: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	9,  // 13: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	11, // 14: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	13, // 15: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	15, // 16: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	17, // 17: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	19, // 18: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	21, // 19: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	23, // 20: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	31, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	25, // 22: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	27, // 23: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	29, // 24: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	34, // 25: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	36, // 26: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	38, // 27: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	41, // 28: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	43, // 29: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	46, // 30: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	48, // 31: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 32: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 33: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	8,  // 34: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	10, // 35: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	12, // 36: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	14, // 37: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	16, // 38: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	18, // 39: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	20, // 40: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	22, // 41: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	24, // 42: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	32, // 43: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	26, // 44: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	28, // 45: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	30, // 46: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	35, // 47: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	37, // 48: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	39, // 49: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	42, // 50: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	45, // 51: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	47, // 52: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	49, // 53: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	32, // [32:54] is the sub-list for method output_type
-	10, // [10:32] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
+	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
+	36, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	36, // 5: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 6: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	36, // 7: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	43, // 8: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	47, // 9: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	43, // 10: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 11: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 12: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 13: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 14: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	12, // 15: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	14, // 16: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	16, // 17: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	18, // 18: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	20, // 19: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	22, // 20: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	24, // 21: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	26, // 22: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	34, // 23: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	28, // 24: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	30, // 25: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	32, // 26: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	37, // 27: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	39, // 28: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	41, // 29: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	44, // 30: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	46, // 31: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	49, // 32: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	51, // 33: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 34: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 35: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 36: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 37: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 38: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 39: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 40: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 41: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 42: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	23, // 43: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	25, // 44: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	27, // 45: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	35, // 46: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	29, // 47: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	31, // 48: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	33, // 49: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	38, // 50: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	40, // 51: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	42, // 52: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	45, // 53: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	48, // 54: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	50, // 55: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	52, // 56: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	34, // [34:57] is the sub-list for method output_type
+	11, // [11:34] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -3083,7 +3297,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

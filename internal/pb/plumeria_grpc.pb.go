@@ -27,6 +27,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Coordinator_Join_FullMethodName               = "/plumeria.v1.Coordinator/Join"
+	Coordinator_RemoveCoordinator_FullMethodName  = "/plumeria.v1.Coordinator/RemoveCoordinator"
 	Coordinator_RegisterBrick_FullMethodName      = "/plumeria.v1.Coordinator/RegisterBrick"
 	Coordinator_Heartbeat_FullMethodName          = "/plumeria.v1.Coordinator/Heartbeat"
 	Coordinator_GetMap_FullMethodName             = "/plumeria.v1.Coordinator/GetMap"
@@ -49,6 +50,10 @@ const (
 type CoordinatorClient interface {
 	// Join adds a coordinator to the Raft group (sent to any member; forwarded to the leader).
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
+	// RemoveCoordinator removes a coordinator from the Raft group (forwarded
+	// to the leader). Refused for the last member, and when the members that
+	// stay would not have a majority up.
+	RemoveCoordinator(ctx context.Context, in *RemoveCoordinatorRequest, opts ...grpc.CallOption) (*RemoveCoordinatorResponse, error)
 	// RegisterBrick adds or re-announces a brick.
 	RegisterBrick(ctx context.Context, in *RegisterBrickRequest, opts ...grpc.CallOption) (*RegisterBrickResponse, error)
 	// Heartbeat keeps a brick (or coordinator) alive and returns the newest map if the caller's is older.
@@ -90,6 +95,16 @@ func (c *coordinatorClient) Join(ctx context.Context, in *JoinRequest, opts ...g
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(JoinResponse)
 	err := c.cc.Invoke(ctx, Coordinator_Join_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RemoveCoordinator(ctx context.Context, in *RemoveCoordinatorRequest, opts ...grpc.CallOption) (*RemoveCoordinatorResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveCoordinatorResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RemoveCoordinator_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +257,10 @@ func (c *coordinatorClient) RecordRecovered(ctx context.Context, in *RecordRecov
 type CoordinatorServer interface {
 	// Join adds a coordinator to the Raft group (sent to any member; forwarded to the leader).
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
+	// RemoveCoordinator removes a coordinator from the Raft group (forwarded
+	// to the leader). Refused for the last member, and when the members that
+	// stay would not have a majority up.
+	RemoveCoordinator(context.Context, *RemoveCoordinatorRequest) (*RemoveCoordinatorResponse, error)
 	// RegisterBrick adds or re-announces a brick.
 	RegisterBrick(context.Context, *RegisterBrickRequest) (*RegisterBrickResponse, error)
 	// Heartbeat keeps a brick (or coordinator) alive and returns the newest map if the caller's is older.
@@ -281,6 +300,9 @@ type UnimplementedCoordinatorServer struct{}
 
 func (UnimplementedCoordinatorServer) Join(context.Context, *JoinRequest) (*JoinResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Join not implemented")
+}
+func (UnimplementedCoordinatorServer) RemoveCoordinator(context.Context, *RemoveCoordinatorRequest) (*RemoveCoordinatorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveCoordinator not implemented")
 }
 func (UnimplementedCoordinatorServer) RegisterBrick(context.Context, *RegisterBrickRequest) (*RegisterBrickResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterBrick not implemented")
@@ -359,6 +381,24 @@ func _Coordinator_Join_Handler(srv interface{}, ctx context.Context, dec func(in
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).Join(ctx, req.(*JoinRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RemoveCoordinator_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveCoordinatorRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RemoveCoordinator(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RemoveCoordinator_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RemoveCoordinator(ctx, req.(*RemoveCoordinatorRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -625,6 +665,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Join",
 			Handler:    _Coordinator_Join_Handler,
+		},
+		{
+			MethodName: "RemoveCoordinator",
+			Handler:    _Coordinator_RemoveCoordinator_Handler,
 		},
 		{
 			MethodName: "RegisterBrick",

@@ -1,0 +1,67 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/plumeria-fs/plumeria/dashboard"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+)
+
+// httpServer is the node's HTTP port (Config.MetricsListen): Prometheus
+// /metrics always, and on a coordinator the dashboard at / with its
+// sampler (package dashboard).
+type httpServer struct {
+	srv         *http.Server
+	stopSampler context.CancelFunc
+	done        chan struct{} // closed when the sampler has returned
+}
+
+// startHTTP serves the node's HTTP port, if one is configured.
+func (n *Node) startHTTP() error {
+	if n.cfg.MetricsListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", n.cfg.MetricsListen)
+	if err != nil {
+		return fmt.Errorf("server: metrics listen on %s: %w", n.cfg.MetricsListen, err)
+	}
+	h := &httpServer{}
+	m := http.NewServeMux()
+	m.Handle("/metrics", promhttp.Handler())
+	if c := n.coord; c != nil {
+		d := dashboard.New(dashboard.Config{Logger: n.cfg.Logger, Status: func(ctx context.Context) ([]byte, error) {
+			r, err := c.Status(ctx, &pb.StatusRequest{})
+			if err != nil {
+				return nil, err
+			}
+			return r.StatusJson, nil
+		}})
+		m.Handle("/", d)
+		ctx, cancel := context.WithCancel(context.Background())
+		h.stopSampler, h.done = cancel, make(chan struct{})
+		go func() {
+			defer close(h.done)
+			d.Run(ctx)
+		}()
+	}
+	h.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
+	go h.srv.Serve(ln)
+	n.http = h
+	return nil
+}
+
+// Close stops serving and waits for the sampler to return.
+func (h *httpServer) Close() error {
+	err := h.srv.Close()
+	if h.stopSampler != nil {
+		h.stopSampler()
+		<-h.done
+	}
+	return err
+}
