@@ -76,8 +76,8 @@ type FS struct {
 	mu struct {
 		sync.Mutex
 		failed     error           // sticky: lease lost, fenced, log failed
-		opens      map[uint64]int  // local opens by inode
-		orphans    map[uint64]bool // unlinked while open here: freed on last close
+		opens      map[uint64]int  // local opens and holds (kernel references) by inode
+		orphans    map[uint64]bool // unlinked while open or held here: freed on last Release
 		invalidate func(ino uint64, dir bool, name string)
 		statfs     statfsCache
 	}
@@ -165,6 +165,7 @@ func (fs *FS) Close(ctx context.Context) error {
 		close(fs.stop)
 	}
 	fs.flusher.Wait()
+	fs.freeOrphans(ctx)
 	err := fs.writeBackAll(ctx)
 	if err == nil {
 		err = fs.rlog.Close(ctx)
