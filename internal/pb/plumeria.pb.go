@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40, 0}
 }
 
 type JoinRequest struct {
@@ -1623,6 +1623,102 @@ func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
+type CloseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clerk         string                 `protobuf:"bytes,1,opt,name=clerk,proto3" json:"clerk,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Table         string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *CloseSessionRequest) GetClerk() string {
+	if x != nil {
+		return x.Clerk
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *CloseSessionRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type CloseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1631,7 +1727,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1739,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1752,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 type StatusResponse struct {
@@ -1668,7 +1764,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1776,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1789,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -1714,7 +1810,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1822,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1835,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Writer) GetId() string {
@@ -1772,7 +1868,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +1880,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +1893,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -1850,7 +1946,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1958,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +1971,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 type ReadRequest struct {
@@ -1892,7 +1988,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +2000,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +2013,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -1971,7 +2067,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2079,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2092,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2020,7 +2116,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2128,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2141,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2098,7 +2194,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2206,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2219,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 // One block-level change, as the store applies it.
@@ -2140,7 +2236,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2248,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2261,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2217,7 +2313,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2325,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2338,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2295,7 +2391,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2307,7 +2403,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2320,7 +2416,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 type InventoryRequest struct {
@@ -2334,7 +2430,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2346,7 +2442,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2359,7 +2455,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2394,7 +2490,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2502,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2515,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2452,7 +2548,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2560,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2573,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2505,7 +2601,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2517,7 +2613,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2530,7 +2626,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2584,7 +2680,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2596,7 +2692,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2609,7 +2705,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2630,7 +2726,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2642,7 +2738,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2655,7 +2751,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -2690,7 +2786,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2798,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2811,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -2837,7 +2933,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\"\x19\n" +
-	"\x17RecordRecoveredResponse\"\x0f\n" +
+	"\x17RecordRecoveredResponse\"[\n" +
+	"\x13CloseSessionRequest\x12\x14\n" +
+	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\"\x16\n" +
+	"\x14CloseSessionResponse\"\x0f\n" +
 	"\rStatusRequest\"1\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
@@ -2915,7 +3016,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xab\t\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\x80\n" +
+	"\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12V\n" +
 	"\rRegisterBrick\x12!.plumeria.v1.RegisterBrickRequest\x1a\".plumeria.v1.RegisterBrickResponse\x12J\n" +
@@ -2932,7 +3034,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12e\n" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
-	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse2\xff\x03\n" +
+	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xff\x03\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
 	"\x04Read\x12\x18.plumeria.v1.ReadRequest\x1a\x19.plumeria.v1.ReadResponse\x12G\n" +
@@ -2956,7 +3059,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
@@ -2989,38 +3092,40 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*OpenSessionResponse)(nil),        // 28: plumeria.v1.OpenSessionResponse
 	(*RecordRecoveredRequest)(nil),     // 29: plumeria.v1.RecordRecoveredRequest
 	(*RecordRecoveredResponse)(nil),    // 30: plumeria.v1.RecordRecoveredResponse
-	(*StatusRequest)(nil),              // 31: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),             // 32: plumeria.v1.StatusResponse
-	(*Writer)(nil),                     // 33: plumeria.v1.Writer
-	(*WriteRequest)(nil),               // 34: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),              // 35: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                // 36: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),               // 37: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),            // 38: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),           // 39: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                    // 40: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),           // 41: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 42: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),           // 43: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),             // 44: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),          // 45: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),            // 46: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),           // 47: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),          // 48: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),         // 49: plumeria.v1.FetchBlockResponse
-	nil,                                // 50: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*CloseSessionRequest)(nil),        // 31: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 32: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),              // 33: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),             // 34: plumeria.v1.StatusResponse
+	(*Writer)(nil),                     // 35: plumeria.v1.Writer
+	(*WriteRequest)(nil),               // 36: plumeria.v1.WriteRequest
+	(*WriteResponse)(nil),              // 37: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                // 38: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),               // 39: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),            // 40: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),           // 41: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                    // 42: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),           // 43: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 44: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),           // 45: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),             // 46: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),          // 47: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),            // 48: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),           // 49: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),          // 50: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),         // 51: plumeria.v1.FetchBlockResponse
+	nil,                                // 52: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	50, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	52, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	6,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
-	33, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	33, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	35, // 3: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	35, // 4: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 5: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	33, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	40, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	44, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	40, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	35, // 6: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	42, // 7: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	46, // 8: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	42, // 9: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 10: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 11: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
 	7,  // 12: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
@@ -3032,41 +3137,43 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	19, // 18: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
 	21, // 19: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
 	23, // 20: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	31, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	33, // 21: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
 	25, // 22: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
 	27, // 23: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
 	29, // 24: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	34, // 25: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	36, // 26: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	38, // 27: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	41, // 28: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	43, // 29: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	46, // 30: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	48, // 31: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 32: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 33: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	8,  // 34: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	10, // 35: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	12, // 36: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	14, // 37: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	16, // 38: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	18, // 39: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	20, // 40: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	22, // 41: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	24, // 42: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	32, // 43: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	26, // 44: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	28, // 45: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	30, // 46: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	35, // 47: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	37, // 48: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	39, // 49: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	42, // 50: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	45, // 51: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	47, // 52: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	49, // 53: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	32, // [32:54] is the sub-list for method output_type
-	10, // [10:32] is the sub-list for method input_type
+	31, // 25: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	36, // 26: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	38, // 27: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	40, // 28: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	43, // 29: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	45, // 30: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	48, // 31: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	50, // 32: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 33: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 34: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	8,  // 35: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	10, // 36: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	12, // 37: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	14, // 38: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	16, // 39: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	18, // 40: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	20, // 41: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	22, // 42: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	24, // 43: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	34, // 44: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	26, // 45: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	28, // 46: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	30, // 47: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	32, // 48: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	37, // 49: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	39, // 50: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	41, // 51: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	44, // 52: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	47, // 53: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	49, // 54: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	51, // 55: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	33, // [33:56] is the sub-list for method output_type
+	10, // [10:33] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -3083,7 +3190,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

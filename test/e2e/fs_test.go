@@ -117,7 +117,7 @@ func TestFSFsx(t *testing.T) {
 func TestFSKillNode(t *testing.T) {
 	c := newFSCluster(t)
 	b := c.mountNode("n2")
-	rounds := 3
+	rounds := 5
 	if testing.Short() {
 		rounds = 1
 	}
