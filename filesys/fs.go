@@ -70,6 +70,7 @@ type FS struct {
 	slot  int
 	rlog  *redo.Log
 	cache *cache
+	data  dataWriter // file data written behind
 	locks *localLocks
 	rg    int // the resource group this node allocates from first
 
@@ -136,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if fs.slot, err = fs.claimSlot(ctx); err != nil {
 		return nil, err
 	}
+	fs.data.init(fs)
 	fs.rlog, err = redo.Open(ctx, cfg.Dev, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
@@ -148,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 func (fs *FS) logOptions(slot int) redo.Options {
 	return redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes,
 		FlushInterval: fs.cfg.FlushInterval / 4,
+		BeforeWrite:   fs.data.barrier,
 		OnPressure: func() {
 			select {
 			case fs.pressed <- struct{}{}:
@@ -166,6 +169,7 @@ func (fs *FS) Close(ctx context.Context) error {
 	}
 	fs.flusher.Wait()
 	fs.freeOrphans(ctx)
+	fs.data.drain()
 	err := fs.writeBackAll(ctx)
 	if err == nil {
 		err = fs.rlog.Close(ctx)
