@@ -268,6 +268,27 @@ func RecordRecovered(m *Map, clerk string, session uint64, table string) (*Map, 
 	return n, nil
 }
 
+// CloseSession records that clerk's session left table cleanly (its log
+// there is empty): the table leaves the session's registry entry, and an
+// entry with no table left leaves the registry. Nil if there is no such
+// entry (closed already, or recovered).
+func CloseSession(m *Map, clerk string, session uint64, table string) *Map {
+	i := slices.IndexFunc(m.Sessions, func(s Session) bool {
+		return s.Clerk == clerk && s.Session == session && slices.Contains(s.Tables, table)
+	})
+	if i < 0 {
+		return nil
+	}
+	n := m.Clone()
+	s := &n.Sessions[i]
+	s.Tables = slices.DeleteFunc(slices.Clone(s.Tables), func(t string) bool { return t == table })
+	if len(s.Tables) == 0 {
+		n.Sessions = slices.Delete(slices.Clone(n.Sessions), i, i+1)
+	}
+	n.Epoch++
+	return n
+}
+
 // validateLocks checks the lock service's part of the map.
 func (m *Map) validateLocks() error {
 	for i, s := range m.LockServers {

@@ -144,3 +144,25 @@ func TestSessionsFencesAndRecovery(t *testing.T) {
 		t.Fatal("bad clerk name accepted")
 	}
 }
+
+func TestCloseSession(t *testing.T) {
+	m := &clustermap.Map{}
+	m, s1, err := clustermap.OpenSession(m, "a", []string{"v", "w"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clustermap.CloseSession(m, "a", s1+1, "v") != nil || clustermap.CloseSession(m, "b", s1, "v") != nil || clustermap.CloseSession(m, "a", s1, "x") != nil {
+		t.Fatal("closed a session or table that is not registered")
+	}
+	n := clustermap.CloseSession(m, "a", s1, "v")
+	if n == nil || len(n.Sessions) != 1 || !slices.Equal(n.Sessions[0].Tables, []string{"w"}) || n.Epoch != m.Epoch+1 {
+		t.Fatalf("after closing v: %+v", n)
+	}
+	if len(m.Sessions[0].Tables) != 2 {
+		t.Fatal("CloseSession changed its input")
+	}
+	n = clustermap.CloseSession(n, "a", s1, "w")
+	if n == nil || len(n.Sessions) != 0 {
+		t.Fatalf("after closing w: %+v", n)
+	}
+}

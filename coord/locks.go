@@ -82,6 +82,19 @@ func (s *Server) RecordRecovered(ctx context.Context, r *pb.RecordRecoveredReque
 	}, func(cl pb.CoordinatorClient) (*pb.RecordRecoveredResponse, error) { return cl.RecordRecovered(ctx, r) })
 }
 
+func (s *Server) CloseSession(ctx context.Context, r *pb.CloseSessionRequest) (*pb.CloseSessionResponse, error) {
+	return forward(s, ctx, func() (*pb.CloseSessionResponse, error) {
+		_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			return clustermap.CloseSession(m, r.Clerk, r.Session, r.Table), nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("session closed", "clerk", r.Clerk, "session", r.Session, "table", r.Table)
+		return &pb.CloseSessionResponse{}, nil
+	}, func(cl pb.CoordinatorClient) (*pb.CloseSessionResponse, error) { return cl.CloseSession(ctx, r) })
+}
+
 // lockServersAlive returns the lock servers heard from within DeadAfter.
 func (s *Server) lockServersAlive(m *clustermap.Map, now time.Time) map[string]bool {
 	up := map[string]bool{}

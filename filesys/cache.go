@@ -311,6 +311,9 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 	if l >= flockLockBase {
 		return fs.flocks.revoke(ctx, l, to)
 	}
+	if l >= inodeLockBase && l < rgLockBase {
+		fs.data.settle(l - inodeLockBase) // other nodes read the data from the volume
+	}
 	c := fs.cache
 	c.mu.Lock()
 	var blocks []*cblock

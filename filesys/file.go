@@ -39,6 +39,7 @@ func (fs *FS) Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, 
 		}
 		return n, nil
 	}
+	fs.data.settle(ino) // this node's writes still under way
 	if err := fs.cfg.Dev.ReadAt(ctx, p[:n], layout.ExtentAddr(ino)+off); err != nil {
 		return 0, fs.ioError("read file data", layout.ExtentAddr(ino)+off, err)
 	}
@@ -82,9 +83,7 @@ func (fs *FS) Write(ctx context.Context, ino uint64, p []byte, off uint64, appen
 		if err := fs.toExtent(ctx, ino, in); err != nil {
 			return 0, err
 		}
-		if err := fs.cfg.Dev.WriteAt(ctx, p, layout.ExtentAddr(ino)+off); err != nil {
-			return 0, fs.ioError("write file data", layout.ExtentAddr(ino)+off, err)
-		}
+		fs.data.write(ctx, ino, p, off)
 		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
 	}
 	now := fs.now()
@@ -156,6 +155,7 @@ func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size u
 // zeroRange makes [from, to) of ino's extent read as zeros: the partial
 // blocks at the ends are overwritten, the whole blocks decommitted.
 func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
+	fs.data.settle(ino)
 	const bs = layout.BlockBytes
 	base := layout.ExtentAddr(ino)
 	first := (from + bs - 1) / bs * bs
@@ -239,9 +239,15 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 	return attrOf(ino, in), nil
 }
 
-// Fsync makes every change made on this node so far durable. File data
-// are durable when Write returns; the log holds the rest.
-func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error { return fs.Sync(ctx) }
+// Fsync makes ino's data and every change made on this node so far
+// durable: it waits for ino's data writes (reporting the first that failed
+// since the last Fsync of ino), then syncs the log.
+func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
+	if err := fs.data.sync(ino); err != nil {
+		return err
+	}
+	return fs.Sync(ctx)
+}
 
 // Fallocate modes, as fallocate(2).
 const (

@@ -70,14 +70,15 @@ type FS struct {
 	slot  int
 	rlog  *redo.Log
 	cache *cache
+	data  dataWriter // file data written behind
 	locks *localLocks
 	rg    int // the resource group this node allocates from first
 
 	mu struct {
 		sync.Mutex
 		failed     error           // sticky: lease lost, fenced, log failed
-		opens      map[uint64]int  // local opens by inode
-		orphans    map[uint64]bool // unlinked while open here: freed on last close
+		opens      map[uint64]int  // local opens and holds (kernel references) by inode
+		orphans    map[uint64]bool // unlinked while open or held here: freed on last Release
 		invalidate func(ino uint64, dir bool, name string)
 		statfs     statfsCache
 	}
@@ -136,6 +137,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if fs.slot, err = fs.claimSlot(ctx); err != nil {
 		return nil, err
 	}
+	fs.data.init(fs)
 	fs.rlog, err = redo.Open(ctx, cfg.Dev, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
@@ -148,6 +150,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 func (fs *FS) logOptions(slot int) redo.Options {
 	return redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes,
 		FlushInterval: fs.cfg.FlushInterval / 4,
+		BeforeWrite:   fs.data.barrier,
 		OnPressure: func() {
 			select {
 			case fs.pressed <- struct{}{}:
@@ -165,6 +168,8 @@ func (fs *FS) Close(ctx context.Context) error {
 		close(fs.stop)
 	}
 	fs.flusher.Wait()
+	fs.freeOrphans(ctx)
+	fs.data.drain()
 	err := fs.writeBackAll(ctx)
 	if err == nil {
 		err = fs.rlog.Close(ctx)

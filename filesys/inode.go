@@ -155,6 +155,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	if old.HWM > 0 {
 		// Bytes of an earlier file at this number may remain after a
 		// crash: clear them before the number is reused.
+		fs.data.settle(ino)
 		if err := fs.cfg.Dev.Decommit(t.ctx, layout.ExtentAddr(ino), old.HWM); err != nil {
 			return 0, nil, fs.ioError("clear a reused extent", layout.ExtentAddr(ino), err)
 		}
@@ -194,6 +195,7 @@ func (fs *FS) clearExtent(ctx context.Context, ino uint64, hwm uint64) {
 	if hwm == 0 {
 		return
 	}
+	fs.data.settle(ino)
 	if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), hwm); err != nil {
 		fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
 		return

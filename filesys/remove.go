@@ -104,8 +104,8 @@ func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino 
 	return freed, hwm, false, t.commit()
 }
 
-// keepOrphan reports whether ino is open here; if so it is freed on its
-// last Release instead of now.
+// keepOrphan reports whether ino is open or held here; if so it is freed
+// on its last Release instead of now.
 func (fs *FS) keepOrphan(ino uint64) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -116,25 +116,39 @@ func (fs *FS) keepOrphan(ino uint64) bool {
 	return false
 }
 
-// Open records one more local open of ino. An inode freed since the
-// kernel looked it up (a rename replaced it) is ErrStale: the kernel then
-// looks the path up again.
-func (fs *FS) Open(ctx context.Context, ino uint64) error {
+// Open records one more local open of ino, generation gen (0: any). An
+// inode freed since the caller looked it up (a rename replaced it), or
+// whose number now names a newer file, is ErrStale: the kernel then looks
+// the path up again. Counting the open before checking makes the check
+// race-free: an unlink that commits after the count keeps the inode.
+func (fs *FS) Open(ctx context.Context, ino, gen uint64) error {
 	fs.mu.Lock()
 	fs.mu.opens[ino]++
 	fs.mu.Unlock()
-	if _, err := fs.Getattr(ctx, ino); err != nil {
-		fs.Release(ctx, ino)
-		if errors.Is(err, ErrNotFound) {
-			return fmt.Errorf("%w: inode %d was removed", ErrStale, ino)
-		}
-		return err
+	a, err := fs.Getattr(ctx, ino)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		err = fmt.Errorf("%w: inode %d was removed", ErrStale, ino)
+	case err == nil && gen != 0 && a.Gen != gen:
+		err = fmt.Errorf("%w: inode %d is generation %d now, not %d", ErrStale, ino, a.Gen, gen)
 	}
-	return nil
+	if err != nil {
+		fs.Release(ctx, ino)
+	}
+	return err
 }
 
-// Release records the end of one local open; the last close of an
-// unlinked file frees it.
+// Hold counts one more local reference to ino without checking it: the
+// kernel learned its number (a LOOKUP or CREATE reply) and may still send
+// requests for it. Like an open it keeps an unlinked ino allocated, so
+// that its number names no other file meanwhile; Release ends it.
+func (fs *FS) Hold(ino uint64) {
+	fs.mu.Lock()
+	fs.mu.opens[ino]++
+	fs.mu.Unlock()
+}
+
+// Release ends one Open or Hold; the last one of an unlinked file frees it.
 func (fs *FS) Release(ctx context.Context, ino uint64) {
 	fs.mu.Lock()
 	fs.mu.opens[ino]--
@@ -145,9 +159,30 @@ func (fs *FS) Release(ctx context.Context, ino uint64) {
 		delete(fs.mu.orphans, ino)
 	}
 	fs.mu.Unlock()
-	if !orphan {
-		return
+	if orphan {
+		fs.freeOrphan(ctx, ino)
 	}
+}
+
+// freeOrphans frees every unlinked file still held here (at unmount: the
+// kernel need not forget its inodes first).
+func (fs *FS) freeOrphans(ctx context.Context) {
+	fs.mu.Lock()
+	var inos []uint64
+	for ino := range fs.mu.orphans {
+		inos = append(inos, ino)
+	}
+	clear(fs.mu.orphans)
+	clear(fs.mu.opens)
+	fs.mu.Unlock()
+	for _, ino := range inos {
+		fs.freeOrphan(ctx, ino)
+	}
+}
+
+// freeOrphan frees ino if it is still unlinked. A failure only leaks the
+// inode until fsck frees it, so it is logged, not returned.
+func (fs *FS) freeOrphan(ctx context.Context, ino uint64) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino))))
 	if err != nil {
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)

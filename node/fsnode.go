@@ -25,6 +25,8 @@ type FSNode struct {
 	Volume  string
 	Session uint64
 	vol     *volume.Volume
+	cc      *coordclient.Client
+	log     *slog.Logger
 	clerk   *lockclerk.Clerk
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -57,7 +59,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", name, err)
 	}
-	n := &FSNode{ID: id, Volume: name, Session: session, vol: vol, done: make(chan struct{})}
+	n := &FSNode{ID: id, Volume: name, Session: session, vol: vol, cc: cc, log: log, done: make(chan struct{})}
 	ready := make(chan struct{})
 	runCtx, stop := context.WithCancel(context.Background())
 	n.stop = stop
@@ -141,11 +143,24 @@ func capacityOf(cc *coordclient.Client, name string) func(ctx context.Context) (
 }
 
 // Close writes everything back, empties and frees the node's log, gives
-// its locks back and ends the session.
+// its locks back and ends the session at the coordinator, so that the next
+// mount under the same name has nothing to recover and need not wait for
+// this session's lease. If writing back fails the session is left to
+// expire: another node then replays the log.
 func (n *FSNode) Close(ctx context.Context) error {
 	err := n.FS.Close(ctx)
-	n.clerk.Close(n.Volume)
-	time.Sleep(100 * time.Millisecond) // let the close reach the lock servers
+	if err == nil {
+		n.clerk.Close(n.Volume)
+		time.Sleep(100 * time.Millisecond) // let the close reach the lock servers
+		cerr := n.cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+			_, err := cl.CloseSession(ctx, &pb.CloseSessionRequest{Clerk: n.ID, Session: n.Session, Table: n.Volume})
+			return err
+		})
+		if cerr != nil {
+			// Only costs the next mount of this name one lease of waiting.
+			n.log.Warn("could not end the session at the coordinator", "err", coordclient.ErrorMessage(cerr))
+		}
+	}
 	n.stop()
 	<-n.done
 	n.vol.Close()

@@ -14,13 +14,12 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/brick"
-	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
-	lockserver "github.com/plumeria-fs/plumeria/lock/server"
+	"github.com/plumeria-fs/plumeria/lock/lockpb"
 )
 
 // Config is one process's roles and addresses.
@@ -47,7 +46,7 @@ type Node struct {
 	gs       *grpc.Server
 	coord    *coord.Server
 	brick    *brick.Server
-	lock     *lockserver.Server
+	lock     *lockRole
 	fatal    chan error // a role that cannot go on
 	stopLock context.CancelFunc
 	cc       *coordclient.Client
@@ -97,12 +96,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	if cfg.Lock {
-		n.lock, err = lockserver.New(lockserver.Config{ID: cfg.Name, Groups: clustermap.LockGroupsN, Logger: cfg.Logger,
-			Coordinator: newLockCoord(cfg.Name, cfg.Advertise, n.cc, cfg.Logger)})
-		if err != nil {
+		if n.lock, err = newLockRole(cfg.Name, cfg.Advertise, n.cc, cfg.Logger); err != nil {
 			return fail(err)
 		}
-		n.lock.Register(n.gs)
+		lockpb.RegisterLockServer(n.gs, n.lock)
 	}
 	if cfg.Brick {
 		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
@@ -123,15 +120,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if n.lock != nil {
 		lctx, cancel := context.WithCancel(context.Background())
 		n.stopLock = cancel
-		go func() {
-			err := n.lock.Run(lctx)
-			if lctx.Err() == nil {
-				// The lock server stops serving when the coordinator can no
-				// longer vouch for it; a new process re-registers with
-				// fresh group epochs (run it under a supervisor).
-				n.fatal <- fmt.Errorf("lock server %s stopped: %v; restart the process", cfg.Name, err)
-			}
-		}()
+		go n.lock.run(lctx)
 	}
 	return n, nil
 }

@@ -81,3 +81,13 @@ func TestErrnoOf(t *testing.T) {
 		t.Errorf("errnoOf(*PathError): got %v", err)
 	}
 }
+
+// TestRunDir runs the suite on the directory $POSIXTEST_DIR (any mount to
+// check by hand, e.g. a `plumeria up` mount); skipped when it is unset.
+func TestRunDir(t *testing.T) {
+	dir := os.Getenv("POSIXTEST_DIR")
+	if dir == "" {
+		t.Skip("POSIXTEST_DIR not set")
+	}
+	Run(t, dir, Options{})
+}

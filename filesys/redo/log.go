@@ -46,6 +46,10 @@ type Options struct {
 	// of its own, one call at a time, with no lock of the log held, again
 	// and again while the pressure lasts. It must not call Close.
 	OnPressure func()
+	// BeforeWrite, if set, is called before each write to the log region
+	// and may block: the owner waits there for data that must be on the
+	// device before the records being written (ordered data).
+	BeforeWrite func()
 }
 
 // FlushIntervalDefault is the FlushInterval used when Options leave it 0.

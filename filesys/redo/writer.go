@@ -39,6 +39,9 @@ func (l *Log) run(ctx context.Context) {
 			timer.Stop()
 			return
 		case actWrite:
+			if l.opts.BeforeWrite != nil {
+				l.opts.BeforeWrite()
+			}
 			if err := l.writeJob(ctx, j); err != nil {
 				l.fail(fmt.Errorf("redo: write %s: %w", j.describe(), err))
 				continue

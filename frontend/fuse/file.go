@@ -27,15 +27,17 @@ func (m *Server) openFlags() uint32 {
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// Open first: it checks that ino still is the file the kernel looked up.
+	if err := n.m.fsys.Open(opCtx(ctx), n.ino(), n.StableAttr().Gen); err != nil {
+		return nil, 0, n.errno("open", err)
+	}
 	if flags&syscall.O_TRUNC != 0 {
 		// With CAP_ATOMIC_O_TRUNC the kernel sends O_TRUNC here; without
 		// it, a SETATTR of size 0 comes first and never O_TRUNC.
 		if _, err := n.m.fsys.Setattr(opCtx(ctx), n.ino(), filesys.SetAttr{Size: new(uint64)}); err != nil {
+			n.m.fsys.Release(context.WithoutCancel(ctx), n.ino())
 			return nil, 0, n.errno("open truncate", err)
 		}
-	}
-	if err := n.m.fsys.Open(opCtx(ctx), n.ino()); err != nil {
-		return nil, 0, n.errno("open", err)
 	}
 	return &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
 }

@@ -39,8 +39,12 @@ type FileSystem interface {
 	Rmdir(ctx context.Context, dir uint64, name string) error
 	Rename(ctx context.Context, dir uint64, name string, newDir uint64, newName string, flags uint32) error
 	Readlink(ctx context.Context, ino uint64) (string, error)
-	Open(ctx context.Context, ino uint64) error                              // one more local open of ino (keeps an unlinked file alive)
-	Release(ctx context.Context, ino uint64)                                 // one open ended
+	// Open counts one more local open of ino (it keeps an unlinked file
+	// alive); gen is the generation the kernel knows (0: any): a freed inode,
+	// or its number reused by a newer file, is ErrStale.
+	Open(ctx context.Context, ino, gen uint64) error
+	Hold(ino uint64)                                                         // the kernel learned ino: keep it (even unlinked) until Release
+	Release(ctx context.Context, ino uint64)                                 // one Open or Hold ended
 	Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, error) // short only at EOF
 	// Write writes p at off; appendMode: write at the current end of file, whatever off says.
 	Write(ctx context.Context, ino uint64, p []byte, off uint64, appendMode bool) (n int, err error)

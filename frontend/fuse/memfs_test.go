@@ -438,21 +438,35 @@ func (f *memFS) Readlink(_ context.Context, ino uint64) (string, error) {
 	return in.target, nil
 }
 
-func (f *memFS) Open(_ context.Context, ino uint64) error {
+func (f *memFS) Open(_ context.Context, ino, gen uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, err := f.get(ino)
 	if err != nil {
 		return err
 	}
+	if gen != 0 && in.attr.Gen != gen {
+		return filesys.ErrStale
+	}
 	in.opens++
 	return nil
+}
+
+func (f *memFS) Hold(ino uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if in := f.inodes[ino]; in != nil {
+		in.opens++
+	}
 }
 
 func (f *memFS) Release(_ context.Context, ino uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in := f.inodes[ino]
+	if in == nil {
+		return
+	}
 	in.opens--
 	if in.opens == 0 && in.attr.Nlink == 0 {
 		delete(f.inodes, ino)

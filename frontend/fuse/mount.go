@@ -53,6 +53,7 @@ type Server struct {
 
 	inval invalidator
 	locks posixLocks
+	refs  kernelRefs
 
 	mu struct {
 		sync.Mutex
@@ -77,6 +78,7 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: root inode has mode %o, not a directory", mountpoint, root.Mode)
 	}
 	m.locks.init()
+	m.refs.init()
 
 	entry, attr := opts.EntryTimeout, opts.AttrTimeout
 	fo := &fs.Options{
@@ -94,9 +96,10 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			EnableLocks:       true,
 			// O_TRUNC arrives in OPEN instead of a SETATTR before it.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
-			// With no entry cache READDIRPLUS only doubles the work: the
-			// kernel would drop the entries it returns at once.
-			DisableReadDirPlus: entry == 0,
+			// READDIRPLUS entries would add to the kernel's lookup counts
+			// without passing through kernelRefs; with no entry cache it
+			// would only double the work anyway.
+			DisableReadDirPlus: true,
 			Debug:              opts.Debug,
 		},
 		EntryTimeout: &entry,

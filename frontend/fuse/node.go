@@ -53,8 +53,21 @@ var (
 func (n *node) ino() uint64 { return n.StableAttr().Ino }
 
 func (n *node) errno(op string, err error) syscall.Errno {
-	return toErrno(n.m.log, op, n.ino(), err)
+	en := toErrno(n.m.log, op, n.ino(), err)
+	if en == syscall.ENOENT && !nameOps[op] {
+		// The inode the kernel holds is gone (removed, maybe by another
+		// node): ESTALE makes the VFS walk the path again (LOOKUP_REVAL)
+		// where a path was given, instead of failing with ENOENT a name
+		// that exists.
+		return syscall.ESTALE
+	}
+	return en
 }
+
+// nameOps are the operations whose ENOENT is about a name in directory
+// n (or n itself being a removed directory), which stays ENOENT.
+var nameOps = map[string]bool{"lookup": true, "create": true, "mknod": true, "mkdir": true,
+	"symlink": true, "link": true, "unlink": true, "rmdir": true, "rename": true}
 
 // child returns the go-fuse inode for a, which go-fuse then swaps for the
 // one it already knows under the same number (hard links, racing lookups),
@@ -146,7 +159,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 			return nil, nil, 0, toErrno(n.m.log, "create truncate", a.Ino, err)
 		}
 	}
-	if err := n.m.fsys.Open(opCtx(ctx), a.Ino); err != nil {
+	if err := n.m.fsys.Open(opCtx(ctx), a.Ino, a.Gen); err != nil {
 		return nil, nil, 0, toErrno(n.m.log, "create open", a.Ino, err)
 	}
 	ch := n.child(ctx, a, out)

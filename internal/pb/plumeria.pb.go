@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43, 0}
 }
 
 type JoinRequest struct {
@@ -1802,6 +1802,102 @@ func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
+type CloseSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Clerk         string                 `protobuf:"bytes,1,opt,name=clerk,proto3" json:"clerk,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Table         string                 `protobuf:"bytes,3,opt,name=table,proto3" json:"table,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionRequest) Reset() {
+	*x = CloseSessionRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionRequest) ProtoMessage() {}
+
+func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
+func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CloseSessionRequest) GetClerk() string {
+	if x != nil {
+		return x.Clerk
+	}
+	return ""
+}
+
+func (x *CloseSessionRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *CloseSessionRequest) GetTable() string {
+	if x != nil {
+		return x.Table
+	}
+	return ""
+}
+
+type CloseSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseSessionResponse) Reset() {
+	*x = CloseSessionResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseSessionResponse) ProtoMessage() {}
+
+func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
+func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1810,7 +1906,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1822,7 +1918,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1835,7 +1931,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 type StatusResponse struct {
@@ -1852,7 +1948,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1960,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1973,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -1905,7 +2001,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1917,7 +2013,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1930,7 +2026,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Writer) GetId() string {
@@ -1963,7 +2059,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2071,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2084,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -2041,7 +2137,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2053,7 +2149,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2066,7 +2162,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 type ReadRequest struct {
@@ -2083,7 +2179,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2191,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2204,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -2162,7 +2258,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2174,7 +2270,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2187,7 +2283,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2211,7 +2307,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2319,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2332,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2289,7 +2385,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2397,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2410,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 // One block-level change, as the store applies it.
@@ -2331,7 +2427,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2439,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2452,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2408,7 +2504,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2420,7 +2516,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2433,7 +2529,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2486,7 +2582,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2498,7 +2594,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2511,7 +2607,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 type InventoryRequest struct {
@@ -2525,7 +2621,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2633,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2646,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2585,7 +2681,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2597,7 +2693,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2610,7 +2706,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2643,7 +2739,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2655,7 +2751,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2668,7 +2764,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2696,7 +2792,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2708,7 +2804,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2721,7 +2817,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2775,7 +2871,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2883,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2896,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2821,7 +2917,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2833,7 +2929,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2846,7 +2942,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -2881,7 +2977,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +2989,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3002,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3041,7 +3137,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
 	"\x05table\x18\x03 \x01(\tR\x05table\"\x19\n" +
-	"\x17RecordRecoveredResponse\"\x0f\n" +
+	"\x17RecordRecoveredResponse\"[\n" +
+	"\x13CloseSessionRequest\x12\x14\n" +
+	"\x05clerk\x18\x01 \x01(\tR\x05clerk\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x14\n" +
+	"\x05table\x18\x03 \x01(\tR\x05table\"\x16\n" +
+	"\x14CloseSessionResponse\"\x0f\n" +
 	"\rStatusRequest\"S\n" +
 	"\x0eStatusResponse\x12\x1f\n" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
@@ -3121,7 +3222,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\x8f\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xe4\n" +
 	"\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
@@ -3140,7 +3241,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12e\n" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
-	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse2\xff\x03\n" +
+	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xff\x03\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
 	"\x04Read\x12\x18.plumeria.v1.ReadRequest\x1a\x19.plumeria.v1.ReadResponse\x12G\n" +
@@ -3164,7 +3266,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
@@ -3200,39 +3302,41 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*OpenSessionResponse)(nil),        // 31: plumeria.v1.OpenSessionResponse
 	(*RecordRecoveredRequest)(nil),     // 32: plumeria.v1.RecordRecoveredRequest
 	(*RecordRecoveredResponse)(nil),    // 33: plumeria.v1.RecordRecoveredResponse
-	(*StatusRequest)(nil),              // 34: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),             // 35: plumeria.v1.StatusResponse
-	(*Writer)(nil),                     // 36: plumeria.v1.Writer
-	(*WriteRequest)(nil),               // 37: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),              // 38: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                // 39: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),               // 40: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),            // 41: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),           // 42: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                    // 43: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),           // 44: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 45: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),           // 46: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),             // 47: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),          // 48: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),            // 49: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),           // 50: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),          // 51: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),         // 52: plumeria.v1.FetchBlockResponse
-	nil,                                // 53: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*CloseSessionRequest)(nil),        // 34: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),       // 35: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),              // 36: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),             // 37: plumeria.v1.StatusResponse
+	(*Writer)(nil),                     // 38: plumeria.v1.Writer
+	(*WriteRequest)(nil),               // 39: plumeria.v1.WriteRequest
+	(*WriteResponse)(nil),              // 40: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                // 41: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),               // 42: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),            // 43: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),           // 44: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                    // 45: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),           // 46: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 47: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),           // 48: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),             // 49: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),          // 50: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),            // 51: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),           // 52: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),          // 53: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),         // 54: plumeria.v1.FetchBlockResponse
+	nil,                                // 55: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	53, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	55, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
-	36, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	36, // 5: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	38, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	38, // 5: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 6: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	36, // 7: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	43, // 8: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	47, // 9: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	43, // 10: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	38, // 7: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	45, // 8: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	49, // 9: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	45, // 10: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 11: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 12: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
 	6,  // 13: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
@@ -3245,42 +3349,44 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	22, // 20: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
 	24, // 21: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
 	26, // 22: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	34, // 23: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	36, // 23: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
 	28, // 24: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
 	30, // 25: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
 	32, // 26: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	37, // 27: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	39, // 28: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	41, // 29: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	44, // 30: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	46, // 31: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	49, // 32: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	51, // 33: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 34: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 35: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 36: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 37: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 38: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 39: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 40: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 41: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 42: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	23, // 43: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	25, // 44: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	27, // 45: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	35, // 46: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	29, // 47: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	31, // 48: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	33, // 49: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	38, // 50: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	40, // 51: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	42, // 52: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	45, // 53: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	48, // 54: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	50, // 55: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	52, // 56: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	34, // [34:57] is the sub-list for method output_type
-	11, // [11:34] is the sub-list for method input_type
+	34, // 27: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	39, // 28: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	41, // 29: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	43, // 30: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	46, // 31: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	48, // 32: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	51, // 33: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	53, // 34: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 35: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 36: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 37: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 38: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 39: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 40: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 41: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 42: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 43: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	23, // 44: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	25, // 45: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	27, // 46: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	37, // 47: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	29, // 48: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	31, // 49: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	33, // 50: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	35, // 51: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	40, // 52: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	42, // 53: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	44, // 54: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	47, // 55: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	50, // 56: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	52, // 57: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	54, // 58: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	35, // [35:59] is the sub-list for method output_type
+	11, // [11:35] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -3297,7 +3403,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -42,6 +42,7 @@ const (
 	Coordinator_RegisterLockServer_FullMethodName = "/plumeria.v1.Coordinator/RegisterLockServer"
 	Coordinator_OpenSession_FullMethodName        = "/plumeria.v1.Coordinator/OpenSession"
 	Coordinator_RecordRecovered_FullMethodName    = "/plumeria.v1.Coordinator/RecordRecovered"
+	Coordinator_CloseSession_FullMethodName       = "/plumeria.v1.Coordinator/CloseSession"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -81,6 +82,10 @@ type CoordinatorClient interface {
 	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*OpenSessionResponse, error)
 	// RecordRecovered records that a dead clerk's log is recovered in a table.
 	RecordRecovered(ctx context.Context, in *RecordRecoveredRequest, opts ...grpc.CallOption) (*RecordRecoveredResponse, error)
+	// CloseSession ends a clerk session's use of a table after a clean
+	// unmount (its log is empty): nothing is left to recover, so a later
+	// session of the same clerk need not wait for this one's lease.
+	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 }
 
 type coordinatorClient struct {
@@ -251,6 +256,16 @@ func (c *coordinatorClient) RecordRecovered(ctx context.Context, in *RecordRecov
 	return out, nil
 }
 
+func (c *coordinatorClient) CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CloseSessionResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CloseSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CoordinatorServer is the server API for Coordinator service.
 // All implementations must embed UnimplementedCoordinatorServer
 // for forward compatibility.
@@ -288,6 +303,10 @@ type CoordinatorServer interface {
 	OpenSession(context.Context, *OpenSessionRequest) (*OpenSessionResponse, error)
 	// RecordRecovered records that a dead clerk's log is recovered in a table.
 	RecordRecovered(context.Context, *RecordRecoveredRequest) (*RecordRecoveredResponse, error)
+	// CloseSession ends a clerk session's use of a table after a clean
+	// unmount (its log is empty): nothing is left to recover, so a later
+	// session of the same clerk need not wait for this one's lease.
+	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	mustEmbedUnimplementedCoordinatorServer()
 }
 
@@ -345,6 +364,9 @@ func (UnimplementedCoordinatorServer) OpenSession(context.Context, *OpenSessionR
 }
 func (UnimplementedCoordinatorServer) RecordRecovered(context.Context, *RecordRecoveredRequest) (*RecordRecoveredResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecordRecovered not implemented")
+}
+func (UnimplementedCoordinatorServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
 }
 func (UnimplementedCoordinatorServer) mustEmbedUnimplementedCoordinatorServer() {}
 func (UnimplementedCoordinatorServer) testEmbeddedByValue()                     {}
@@ -655,6 +677,24 @@ func _Coordinator_RecordRecovered_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CloseSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CloseSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CloseSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CloseSession(ctx, req.(*CloseSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Coordinator_ServiceDesc is the grpc.ServiceDesc for Coordinator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -725,6 +765,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecordRecovered",
 			Handler:    _Coordinator_RecordRecovered_Handler,
+		},
+		{
+			MethodName: "CloseSession",
+			Handler:    _Coordinator_CloseSession_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

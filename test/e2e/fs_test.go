@@ -91,9 +91,7 @@ func TestFSTwoMountsCoherent(t *testing.T) {
 func TestFSPosix(t *testing.T) {
 	c := newFSCluster(t)
 	mnt := c.mountNode("n1")
-	posixtest.Run(t, mnt, posixtest.Options{Skip: []string{
-		"rename_atomic: an open racing a rename that replaces the target can get ENOENT through FUSE (known gap, docs/status.md)",
-	}})
+	posixtest.Run(t, mnt, posixtest.Options{})
 }
 
 // TestFSFsx: the fsx exerciser's 100,000 operations on a file on the mount
@@ -119,7 +117,7 @@ func TestFSFsx(t *testing.T) {
 func TestFSKillNode(t *testing.T) {
 	c := newFSCluster(t)
 	b := c.mountNode("n2")
-	rounds := 3
+	rounds := 5
 	if testing.Short() {
 		rounds = 1
 	}

@@ -1,0 +1,149 @@
+package filesys
+
+import (
+	"context"
+	"sync"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// Write-behind of file data. Write copies the bytes and returns once the
+// volume write is under way; up to dataInflightMax bytes are in flight at
+// once, so a sequential writer keeps the replicated volume busy instead
+// of waiting for each write's round trip. What still holds:
+//   - Ordered data: the redo log writes a batch only after every data write
+//     issued before it has finished (redo.Options.BeforeWrite), so no record
+//     that makes bytes visible (a larger size) is durable before them.
+//   - Read-your-writes on this node: Read waits for the inode's writes.
+//   - Other nodes: a revoke of the inode's lock waits for them first.
+//   - fsync waits for the inode's writes and reports the first that failed
+//     since the last fsync (then the log is synced).
+//   - Truncate, hole punching, and freeing a file wait for its writes,
+//     and overlapping writes to one file are issued in order.
+type dataWriter struct {
+	fs   *FS
+	mu   sync.Mutex
+	cond *sync.Cond
+	seq  uint64 // last write issued
+	// inflight holds the writes under way by sequence number.
+	inflight map[uint64]dataWrite
+	bytes    int              // bytes under way
+	errs     map[uint64]error // by inode: first failure not yet reported by fsync
+}
+
+type dataWrite struct {
+	ino      uint64
+	off, end uint64 // extent bytes [off, end)
+}
+
+// dataInflightMax bounds the bytes of file data in flight per node.
+const dataInflightMax = 32 << 20
+
+func (d *dataWriter) init(fs *FS) {
+	d.fs = fs
+	d.cond = sync.NewCond(&d.mu)
+	d.inflight = map[uint64]dataWrite{}
+	d.errs = map[uint64]error{}
+}
+
+// write starts writing p (copied) at off of ino's extent. It waits while
+// too much is in flight or an earlier write to an overlapping range of
+// ino is under way.
+func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64) {
+	w := dataWrite{ino: ino, off: off, end: off + uint64(len(p))}
+	buf := append([]byte(nil), p...)
+	d.mu.Lock()
+	for d.bytes > 0 && d.bytes+len(p) > dataInflightMax || d.overlapsLocked(w) {
+		d.cond.Wait()
+	}
+	d.seq++
+	seq := d.seq
+	d.inflight[seq] = w
+	d.bytes += len(p)
+	d.mu.Unlock()
+	go func() {
+		addr := layout.ExtentAddr(ino) + off
+		err := d.fs.cfg.Dev.WriteAt(context.WithoutCancel(ctx), buf, addr)
+		if err != nil {
+			err = d.fs.ioError("write file data", addr, err)
+			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
+		}
+		d.mu.Lock()
+		delete(d.inflight, seq)
+		d.bytes -= len(buf)
+		if err != nil && d.errs[ino] == nil {
+			d.errs[ino] = err
+		}
+		d.cond.Broadcast()
+		d.mu.Unlock()
+	}()
+}
+
+func (d *dataWriter) overlapsLocked(w dataWrite) bool {
+	for _, o := range d.inflight {
+		if o.ino == w.ino && o.off < w.end && w.off < o.end {
+			return true
+		}
+	}
+	return false
+}
+
+// settle waits until no write of ino is under way.
+func (d *dataWriter) settle(ino uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.busyLocked(ino) {
+		d.cond.Wait()
+	}
+}
+
+func (d *dataWriter) busyLocked(ino uint64) bool {
+	for _, o := range d.inflight {
+		if o.ino == ino {
+			return true
+		}
+	}
+	return false
+}
+
+// sync waits for ino's writes and returns (and forgets) the first failure
+// since the last sync of ino.
+func (d *dataWriter) sync(ino uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for d.busyLocked(ino) {
+		d.cond.Wait()
+	}
+	err := d.errs[ino]
+	delete(d.errs, ino)
+	return err
+}
+
+// barrier waits until every write issued so far has finished: the redo
+// log calls it before it writes a batch.
+func (d *dataWriter) barrier() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	upTo := d.seq
+	for d.oldestLocked() <= upTo {
+		d.cond.Wait()
+	}
+}
+
+// oldestLocked is the lowest sequence number under way (max when none).
+func (d *dataWriter) oldestLocked() uint64 {
+	oldest := ^uint64(0)
+	for s := range d.inflight {
+		oldest = min(oldest, s)
+	}
+	return oldest
+}
+
+// drain waits for every write under way.
+func (d *dataWriter) drain() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.inflight) > 0 {
+		d.cond.Wait()
+	}
+}
