@@ -106,7 +106,7 @@ func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.Co
 		var last error
 		for i := range c.conns {
 			idx := (start + i) % len(c.conns)
-			cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, attemptTimeout(ctx, len(c.conns)-i))
 			err := fn(cctx, pb.NewCoordinatorClient(c.conns[idx]))
 			cancel()
 			if err == nil || !retryable(err) {
@@ -118,6 +118,14 @@ func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.Co
 				return err
 			}
 			last = err
+			// The next call starts with the next coordinator: one that
+			// is gone (a dead host drops packets, so its calls hang until
+			// their deadline) must not take every call's whole deadline.
+			c.mu.Lock()
+			if c.mu.next == idx {
+				c.mu.next = (idx + 1) % len(c.conns)
+			}
+			c.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -126,6 +134,22 @@ func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cl pb.Co
 		}
 		backoff = min(backoff*2, time.Second)
 	}
+}
+
+// attemptMax bounds one coordinator's attempt; attemptMin is the least an
+// attempt gets when the deadline is shared among the coordinators left.
+const (
+	attemptMax = 15 * time.Second
+	attemptMin = 250 * time.Millisecond
+)
+
+// attemptTimeout is one attempt's share of what is left of ctx's deadline
+// when left coordinators may still be tried: a hung one leaves time for
+// the others.
+func attemptTimeout(ctx context.Context, left int) time.Duration {
+	d, _ := ctx.Deadline() // Call gave it one
+	share := time.Until(d) / time.Duration(max(left, 1))
+	return min(attemptMax, max(attemptMin, share))
 }
 
 // Map fetches a map with at least minEpoch.
