@@ -16,7 +16,13 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
-const replicateTimeout = 5 * time.Second
+// replicateTimeout bounds one replication to a backup before the primary
+// reports it as having missed the change (the backup is then resynced: a
+// map change and a backfill). A backup that is alive but slow (its disk
+// busy with a queue of writes to the same PG, which it applies in turn)
+// must not be taken for a failed one: resyncs under load add load. A dead
+// backup is taken out of the map by the coordinator's heartbeats anyway.
+const replicateTimeout = 10 * time.Second
 
 // Read serves a range within one chunk from the primary's store, as of the
 // live volume or a named snapshot.
