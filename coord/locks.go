@@ -66,16 +66,21 @@ func (s *Server) fenceInForce(clerk string, fence, mapEpoch uint64) error {
 
 func (s *Server) RecordRecovered(ctx context.Context, r *pb.RecordRecoveredRequest) (*pb.RecordRecoveredResponse, error) {
 	return forward(s, ctx, func() (*pb.RecordRecoveredResponse, error) {
+		fresh := false
 		_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
 			for _, rec := range m.Recovered {
 				if rec.Clerk == r.Clerk && rec.Session >= r.Session && rec.Table == r.Table {
 					return nil, nil // recorded already
 				}
 			}
+			fresh = true
 			return clustermap.RecordRecovered(m, r.Clerk, r.Session, r.Table)
 		})
 		if err != nil {
 			return nil, err
+		}
+		if fresh {
+			s.recoveriesRecorded.Add(1)
 		}
 		s.log.InfoContext(ctx, "recovery recorded", "clerk", r.Clerk, "session", r.Session, "table", r.Table)
 		return &pb.RecordRecoveredResponse{}, nil

@@ -23,12 +23,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/prom"
 )
 
 // Config configures a coordinator.
@@ -41,6 +43,10 @@ type Config struct {
 	// Timing; zero means the limits package default.
 	DeadAfter time.Duration
 	Lease     time.Duration
+	// Registerer receives the metrics (coord/metrics.go, label
+	// coordinator=Name); nil means prometheus.DefaultRegisterer. A later
+	// coordinator of the same name replaces an earlier one's series.
+	Registerer prometheus.Registerer
 }
 
 // Server is a running coordinator.
@@ -56,6 +62,9 @@ type Server struct {
 	propMu sync.Mutex // serialises map changes on the leader
 
 	removedNoted atomic.Bool // noteRemoved logged already
+
+	metrics            *collector
+	recoveriesRecorded atomic.Uint64 // RecordRecovered calls that added a record, as leader
 
 	mu struct {
 		sync.Mutex
@@ -145,6 +154,11 @@ func Start(cfg Config, layer raft.StreamLayer, gs *grpc.Server) (*Server, error)
 		}
 		s.log.Info("bootstrapped a new cluster", "name", cfg.Name, "addr", cfg.Addr)
 	}
+	s.metrics = newCollector(s)
+	if err := prom.Replace(cfg.Registerer, s.metrics); err != nil {
+		r.Shutdown()
+		return nil, fmt.Errorf("coord: register metrics: %w", err)
+	}
 	pb.RegisterCoordinatorServer(gs, s)
 	s.wg.Add(2)
 	go s.loop()
@@ -154,6 +168,7 @@ func Start(cfg Config, layer raft.StreamLayer, gs *grpc.Server) (*Server, error)
 
 // Stop shuts Raft down.
 func (s *Server) Stop() {
+	prom.Registerer(s.cfg.Registerer).Unregister(s.metrics)
 	close(s.stop)
 	s.wg.Wait()
 	_ = s.raft.Shutdown().Error()

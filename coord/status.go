@@ -73,6 +73,7 @@ type VolumeStatus struct {
 	Chunks         int64    `json:"chunks"`
 	DegradedChunks int64    `json:"degraded_chunks"`
 	DegradedPGs    int      `json:"degraded_pgs"`
+	UnavailablePGs int      `json:"unavailable_pgs"`
 	SyncingPGs     int      `json:"syncing_pgs"`
 	Snapshots      []string `json:"snapshots,omitempty"`
 	Gen            uint64   `json:"gen"`
@@ -123,26 +124,42 @@ func (s *Server) status(now time.Time) Status {
 	}
 	st.Sessions = m.Sessions
 	for _, v := range m.Volumes {
-		vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen}
-		for i, p := range v.PGs {
-			var chunks int64
-			for _, b := range p.InSync() {
-				chunks = max(chunks, s.mu.usage[b].chunks[pgKey{v.ID, uint32(i)}])
-			}
-			vs.Chunks += chunks
-			if len(p.InSync()) < v.Replicas {
-				vs.DegradedPGs++
-				vs.DegradedChunks += chunks
-			}
-			if len(p.Syncing) > 0 {
-				vs.SyncingPGs++
-			}
-		}
-		for name := range v.Snapshots {
-			vs.Snapshots = append(vs.Snapshots, name)
-		}
-		sort.Strings(vs.Snapshots)
-		st.Volumes = append(st.Volumes, vs)
+		st.Volumes = append(st.Volumes, volumeStatus(m, v, s.mu.usage))
 	}
 	return st
+}
+
+// volumeStatus counts v's chunks and its degraded, unavailable and syncing
+// PGs. A replica counts toward a PG's health only if it is in sync and its
+// brick is up: a PG keeps its last in-sync members while their bricks are
+// down (clustermap.Reconcile, rule 2), and those hold its data but serve
+// none of it. A PG's chunks are the most any in-sync member reported.
+func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brickUsage) VolumeStatus {
+	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen}
+	for i, p := range v.PGs {
+		var chunks int64
+		live := 0
+		for _, b := range p.InSync() {
+			chunks = max(chunks, usage[b].chunks[pgKey{v.ID, uint32(i)}])
+			if br := m.Brick(b); br != nil && br.State == clustermap.BrickUp {
+				live++
+			}
+		}
+		vs.Chunks += chunks
+		if live < v.Replicas {
+			vs.DegradedPGs++
+			vs.DegradedChunks += chunks
+		}
+		if live == 0 {
+			vs.UnavailablePGs++
+		}
+		if len(p.Syncing) > 0 {
+			vs.SyncingPGs++
+		}
+	}
+	for name := range v.Snapshots {
+		vs.Snapshots = append(vs.Snapshots, name)
+	}
+	sort.Strings(vs.Snapshots)
+	return vs
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -142,7 +143,11 @@ func (t *tx) commit() error {
 	c.mu.Lock()
 	c.inflight[t] = c.lastLSN + 1
 	c.mu.Unlock()
+	start := time.Now()
 	lsn, err := fs.rlog.Append(ups)
+	if err == nil {
+		fs.stats.appended(lsn, start)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.inflight, t)
@@ -193,7 +198,7 @@ func diff(a, b []byte) [][2]int {
 
 // writeBack writes the given dirty blocks in place once their log records
 // are durable, and marks them clean if nothing changed them meanwhile.
-func (fs *FS) writeBack(ctx context.Context, blocks []*cblock) error {
+func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) error {
 	type snap struct {
 		b    *cblock
 		data []byte
@@ -213,7 +218,13 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock) error {
 	if len(snaps) == 0 {
 		return nil
 	}
+	start := time.Now()
 	if err := fs.rlog.Wait(ctx, upTo); err != nil {
+		if ctx.Err() != nil {
+			// Only this write-back gave up waiting (a slow volume); the
+			// log goes on, and a later write-back retries.
+			return fmt.Errorf("%w: write back: log not durable in time: %v", ErrIO, err)
+		}
 		return fs.fail(fmt.Errorf("write log: %w", err))
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -236,6 +247,7 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock) error {
 		}
 	}
 	c.mu.Unlock()
+	fs.stats.wroteBack(reason, len(snaps), start)
 	return nil
 }
 
@@ -251,7 +263,7 @@ func (fs *FS) writeBackAll(ctx context.Context) error {
 		}
 	}
 	c.mu.Unlock()
-	if err := fs.writeBack(ctx, dirty); err != nil {
+	if err := fs.writeBack(ctx, dirty, wbFlush); err != nil {
 		return err
 	}
 	fs.releaseLog()
@@ -321,7 +333,7 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 		blocks = append(blocks, b)
 	}
 	c.mu.Unlock()
-	if err := fs.writeBack(ctx, blocks); err != nil {
+	if err := fs.writeBack(ctx, blocks, wbRevoke); err != nil {
 		if fs.failed() != nil {
 			// A failed node cannot write back; its log will be replayed
 			// by the node that recovers it. Let the lock go.

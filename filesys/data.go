@@ -37,7 +37,7 @@ type dataWrite struct {
 }
 
 // dataInflightMax bounds the bytes of file data in flight per node.
-const dataInflightMax = 32 << 20
+const dataInflightMax = 8 << 20
 
 func (d *dataWriter) init(fs *FS) {
 	d.fs = fs
@@ -60,17 +60,22 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 	seq := d.seq
 	d.inflight[seq] = w
 	d.bytes += len(p)
+	d.fs.stats.dataInflight.Add(float64(len(p)))
 	d.mu.Unlock()
 	go func() {
 		addr := layout.ExtentAddr(ino) + off
 		err := d.fs.cfg.Dev.WriteAt(context.WithoutCancel(ctx), buf, addr)
 		if err != nil {
+			d.fs.stats.dataErrors.Inc()
 			err = d.fs.ioError("write file data", addr, err)
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
+		} else {
+			d.fs.stats.dataBytes.Add(float64(len(buf)))
 		}
 		d.mu.Lock()
 		delete(d.inflight, seq)
 		d.bytes -= len(buf)
+		d.fs.stats.dataInflight.Sub(float64(len(buf)))
 		if err != nil && d.errs[ino] == nil {
 			d.errs[ino] = err
 		}

@@ -25,6 +25,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/filesys/redo"
 	"github.com/plumeria-fs/plumeria/lock"
@@ -60,6 +62,9 @@ type Config struct {
 	Capacity func(ctx context.Context) (total, free uint64, err error)
 	Logger   *slog.Logger
 	Now      func() time.Time // nil: time.Now
+	// Registerer receives the metrics (filesys/metrics.go), labelled with
+	// Table as the volume; nil means prometheus.DefaultRegisterer.
+	Registerer prometheus.Registerer
 }
 
 // FS is one node's file system. Safe for concurrent use.
@@ -73,6 +78,7 @@ type FS struct {
 	data  dataWriter // file data written behind
 	locks *localLocks
 	rg    int // the resource group this node allocates from first
+	stats *stats
 
 	mu struct {
 		sync.Mutex
@@ -121,7 +127,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		cfg.FlushInterval = time.Second
 	}
 	fs := &FS{cfg: cfg, log: cfg.Logger, cache: newCache(), locks: newLocalLocks(), flocks: newFileLocks(),
-		stop: make(chan struct{}), pressed: make(chan struct{}, 1)}
+		stop: make(chan struct{}), pressed: make(chan struct{}, 1), stats: newStats(cfg.Registerer, cfg.Table)}
 	fs.mu.opens = map[uint64]int{}
 	fs.mu.orphans = map[uint64]bool{}
 	b := make([]byte, layout.BlockBytes)
@@ -150,7 +156,11 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 func (fs *FS) logOptions(slot int) redo.Options {
 	return redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes,
 		FlushInterval: fs.cfg.FlushInterval / 4,
-		BeforeWrite:   fs.data.barrier,
+		BeforeWrite: func() {
+			fs.data.barrier() // the device write is timed from here
+			fs.stats.beforeWrite()
+		},
+		AfterWrite: fs.stats.afterWrite,
 		OnPressure: func() {
 			select {
 			case fs.pressed <- struct{}{}:

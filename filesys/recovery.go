@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -14,7 +16,14 @@ import (
 // Recover is the clerk's callback when this node must replay the log of a
 // dead node; see RecoverLog.
 func (fs *FS) Recover(ctx context.Context, table, dead string, session uint64) error {
-	return RecoverLog(ctx, fs.cfg.Dev, dead, session, fs.log)
+	return recoverLog(ctx, fs.cfg.Dev, dead, session, fs.log, fs.stats)
+}
+
+// RecoverOptions are what RecoverLog reports to.
+type RecoverOptions struct {
+	Logger     *slog.Logger          // nil: discard
+	Volume     string                // the volume label of the metrics
+	Registerer prometheus.Registerer // nil: prometheus.DefaultRegisterer
 }
 
 // RecoverLog replays the logs of a dead node (clerk dead, sessions up to
@@ -26,33 +35,57 @@ func (fs *FS) Recover(ctx context.Context, table, dead string, session uint64) e
 // records are coalesced per block and sorted by address; each block is read
 // once, every change newer than the block's version applied, and the block
 // written once.
-func RecoverLog(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger) error {
+func RecoverLog(ctx context.Context, dev Device, dead string, session uint64, opts RecoverOptions) error {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return recoverLog(ctx, dev, dead, session, opts.Logger, newStats(opts.Registerer, opts.Volume))
+}
+
+func recoverLog(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger, st *stats) error {
+	start := time.Now()
+	blocks, err := replaySlots(ctx, dev, dead, session, log)
+	st.recoveryBlocks.Add(float64(blocks))
+	if err != nil {
+		st.recoveryFailures.Inc()
+		return err
+	}
+	st.recoveries.Inc()
+	st.recoverySeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// replaySlots replays and frees the dead node's slots and returns the
+// blocks it rewrote.
+func replaySlots(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger) (int, error) {
 	b := make([]byte, layout.BlockBytes)
 	if err := dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
-		return fmt.Errorf("read superblock: %w", err)
+		return 0, fmt.Errorf("read superblock: %w", err)
 	}
 	super, err := layout.DecodeSuper(b)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	slots, vers, err := readSlots(ctx, dev, super.UUID)
 	if err != nil {
-		return err
+		return 0, err
 	}
+	blocks := 0
 	for i, s := range slots {
 		if !s.Used || s.Name != dead || s.Session > session {
 			continue
 		}
 		n, err := ReplayLog(ctx, dev, i)
 		if err != nil {
-			return fmt.Errorf("replay log slot %d of %s: %w", i, dead, err)
+			return blocks, fmt.Errorf("replay log slot %d of %s: %w", i, dead, err)
 		}
+		blocks += n
 		log.Info("recovered a dead node's log", "node", dead, "session", s.Session, "slot", i, "blocks", n)
 		if err := dev.WriteAt(ctx, layout.EncodeSlot(i, layout.Slot{}, vers[i]+1), layout.SlotAddr(i)); err != nil {
-			return fmt.Errorf("free log slot %d: %w", i, err)
+			return blocks, fmt.Errorf("free log slot %d: %w", i, err)
 		}
 	}
-	return nil
+	return blocks, nil
 }
 
 // ReplayLog applies log slot i's unreleased records to the blocks in

@@ -191,16 +191,21 @@ func (fs *FS) freeOrphan(ctx context.Context, ino uint64) {
 	t := fs.newTx(ctx)
 	in, err := t.inode(ino)
 	var hwm uint64
+	freed := false
 	if err == nil && in.Nlink == 0 {
 		hwm = in.HWM
 		if err = fs.freeInode(t, ino, in); err == nil {
 			err = t.commit()
+			freed = err == nil
 		}
 	}
 	h.release()
 	if err != nil {
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
 		return
+	}
+	if freed {
+		fs.stats.orphansFreed.Inc()
 	}
 	fs.clearExtent(ctx, ino, hwm)
 }

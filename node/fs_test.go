@@ -132,6 +132,8 @@ func TestFSCrashRecovery(t *testing.T) {
 	if err := a.FS.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
+	recovered := gathered(t, "plumeria_fs_recoveries_total", "volume", "fs")
+	recorded := gathered(t, "plumeria_coord_recoveries_recorded_total", "coordinator", "c1")
 	a.Crash()
 	start := time.Now()
 	ents, _, err := b.FS.ReadDir(ctx, d.Ino, 0, 1000)
@@ -149,6 +151,18 @@ func TestFSCrashRecovery(t *testing.T) {
 		if err != nil || string(buf[:n]) != fmt.Sprintf("content %d", i) {
 			t.Fatalf("f%d: %q %v", i, buf[:n], err)
 		}
+	}
+	// b ran the recovery (metric of its file system) and the coordinator
+	// recorded it (a moment later, through the lock server).
+	if got := gathered(t, "plumeria_fs_recoveries_total", "volume", "fs"); got < recovered+1 {
+		t.Errorf("plumeria_fs_recoveries_total went from %v to %v, want one more", recovered, got)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for gathered(t, "plumeria_coord_recoveries_recorded_total", "coordinator", "c1") < recorded+1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("plumeria_coord_recoveries_recorded_total stayed at %v, want %v", recorded, recorded+1)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
@@ -36,6 +38,10 @@ type FSNode struct {
 type FSNodeOptions struct {
 	FlushInterval time.Duration
 	Logger        *slog.Logger
+	// Registerer receives the metrics of the volume client, the lock
+	// clerk and the file system; nil means prometheus.DefaultRegisterer,
+	// which the process's /metrics serves.
+	Registerer prometheus.Registerer
 }
 
 // MountFS starts an fs node of volume name as clerk id.
@@ -55,7 +61,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	if err != nil {
 		return nil, fmt.Errorf("open lock session of %s: %s", id, coordclient.ErrorMessage(err))
 	}
-	vol, err := volume.Open(ctx, cc, name, volume.Options{Writer: id})
+	vol, err := volume.Open(ctx, cc, name, volume.Options{Writer: id, Registerer: opts.Registerer})
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", name, err)
 	}
@@ -72,7 +78,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		}
 	}
 	n.clerk, err = lockclerk.New(lockclerk.Config{ID: id, Session: session, Groups: clustermap.LockGroupsN,
-		Servers: NewLockResolver(cc), Logger: log,
+		Servers: NewLockResolver(cc), Logger: log, Registerer: opts.Registerer,
 		OnRevoke: func(table string, l uint64, to lock.Mode) error {
 			if f := fsys(); f != nil {
 				return f.Revoke(runCtx, table, l, to)
@@ -82,7 +88,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		OnRecover: func(table, dead string, s uint64) error {
 			// Not through n.FS: recovery must not wait for this node's
 			// mount, which may wait for the dead node's locks.
-			return filesys.RecoverLog(runCtx, vol, dead, s, log)
+			return filesys.RecoverLog(runCtx, vol, dead, s, filesys.RecoverOptions{Logger: log, Volume: table, Registerer: opts.Registerer})
 		},
 		OnLeaseLost: func() {
 			if f := fsys(); f != nil {
@@ -109,7 +115,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		return fail(err)
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: vol, Locker: n.clerk, Table: name, ID: id, Session: session,
-		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name)})
+		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer})
 	if err != nil {
 		return fail(fmt.Errorf("mount volume %s: %w", name, err))
 	}

@@ -65,3 +65,30 @@ func (h *httpServer) Close() error {
 	}
 	return err
 }
+
+// MetricsServer serves Prometheus /metrics (the default registry) for a
+// process with no server role: `plumeria mount --metrics-listen`.
+type MetricsServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// ServeMetrics serves /metrics on listen (HOST:PORT; port 0 picks one)
+// until Close.
+func ServeMetrics(listen string) (*MetricsServer, error) {
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return nil, fmt.Errorf("metrics listen on %s: %w", listen, err)
+	}
+	m := http.NewServeMux()
+	m.Handle("/metrics", promhttp.Handler())
+	s := &MetricsServer{srv: &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
+	go s.srv.Serve(ln)
+	return s, nil
+}
+
+// Addr is the address served.
+func (s *MetricsServer) Addr() string { return s.ln.Addr().String() }
+
+// Close stops serving.
+func (s *MetricsServer) Close() error { return s.srv.Close() }

@@ -21,6 +21,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -43,6 +45,10 @@ type Options struct {
 	Writer string
 	// RetryMax bounds retries of one chunk request; 0 = limits.ClientRetryMax.
 	RetryMax time.Duration
+	// Registerer receives the client's metrics (volume/metrics.go); nil
+	// means prometheus.DefaultRegisterer. Volumes of one process that use
+	// the same registry share the series of their volume.
+	Registerer prometheus.Registerer
 }
 
 // Volume is an open virtual disk. Safe for concurrent use.
@@ -51,6 +57,7 @@ type Volume struct {
 	coord *coordclient.Client
 	opts  Options
 	epoch uint64 // writer fencing epoch, fixed at Open
+	stats *stats
 
 	mu struct {
 		sync.Mutex
@@ -77,7 +84,7 @@ func Open(ctx context.Context, coord *coordclient.Client, name string, opts Opti
 	if m.Volume(name) == nil {
 		return nil, fmt.Errorf("open volume %s: %w (create it with `plumeria volume create`)", name, ErrNoVolume)
 	}
-	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer)}
+	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer), stats: newStats(opts.Registerer, name)}
 	v.mu.m = m
 	v.mu.conns = map[string]*grpc.ClientConn{}
 	return v, nil
@@ -158,7 +165,8 @@ func split(off uint64, p []byte, chunk uint64) []piece {
 }
 
 // WriteAt writes p at off. It returns once every replica has it durable.
-func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) error {
+func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) {
+	defer v.stats.done(opWrite, time.Now(), len(p), &err)
 	if err := checkRange(off, len(p)); err != nil {
 		return err
 	}
@@ -180,7 +188,8 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off uint64) error {
 }
 
 // ReadSnapshotAt reads as of the named snapshot ("" = the live volume).
-func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) error {
+func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) (err error) {
+	defer v.stats.done(opRead, time.Now(), len(p), &err)
 	if err := checkRange(off, len(p)); err != nil {
 		return err
 	}
@@ -233,10 +242,11 @@ func (v *Volume) knowSnapshot(ctx context.Context, snap string) error {
 // Decommit frees [off, off+n): it then reads as zeros; snapshots keep
 // what they saw. n == 0 with off == 0 is not "everything": pass
 // DecommitAll for the whole address space.
-func (v *Volume) Decommit(ctx context.Context, off, n uint64) error {
+func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
 	if n == 0 {
 		return nil
 	}
+	defer v.stats.done(opDecommit, time.Now(), 0, &err)
 	if off+n < off && off+n != 0 {
 		return fmt.Errorf("%w: decommit at %d length %d", ErrRange, off, n)
 	}
@@ -326,6 +336,7 @@ func (v *Volume) retry(ctx context.Context, fn func(context.Context, *clustermap
 		if rerr := v.refresh(ctx, 0); rerr != nil && ctx.Err() != nil {
 			return rerr
 		}
+		v.stats.retries.Inc()
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

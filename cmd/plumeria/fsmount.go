@@ -71,18 +71,19 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 }
 
 func mountCmd() *cobra.Command {
-	var name, id string
+	var name, id, metricsListen string
 	var debug bool
 	c := &cobra.Command{
 		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
 		Short:   "Mount a volume's file system (runs until unmounted or SIGTERM/SIGINT)",
-		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1",
+		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1 --metrics-listen :9101",
 		Args:    cobra.ExactArgs(1),
 	}
 	connect := coordFlag(c)
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if name == "" {
 			return fmt.Errorf("--volume is required")
@@ -99,6 +100,13 @@ func mountCmd() *cobra.Command {
 			return err
 		}
 		defer cl.Close()
+		if metricsListen != "" {
+			ms, err := node.ServeMetrics(metricsListen)
+			if err != nil {
+				return err
+			}
+			defer ms.Close()
+		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))

@@ -106,6 +106,9 @@ func printStatus(st *coord.Status) {
 	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tSNAPSHOTS")
 	for _, v := range st.Volumes {
 		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)
+		if v.UnavailablePGs > 0 {
+			deg += fmt.Sprintf(" (%d unavailable)", v.UnavailablePGs)
+		}
 		if v.DegradedPGs > 0 {
 			deg = colour("down") + " " + deg
 		}

@@ -28,7 +28,8 @@
 // goroutine owns the device. A Wait on an idle log starts a write at once;
 // records appended while a write is in flight go out together in the next
 // write. Records nobody waits for are written within Options.FlushInterval.
-// Stats reports the batching factor, Records/Batches.
+// Stats reports the batching factor, Records/Batches; Options.AfterWrite
+// reports each write as it becomes durable.
 //
 // Concurrency: all methods of Log are safe for concurrent use. Options.
 // OnPressure runs on its own goroutine, one call at a time, with no lock held.

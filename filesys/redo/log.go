@@ -50,6 +50,20 @@ type Options struct {
 	// and may block: the owner waits there for data that must be on the
 	// device before the records being written (ordered data).
 	BeforeWrite func()
+	// AfterWrite, if set, is called with what was written once a batch or
+	// marker is durable, before the waiters of its records are woken.
+	// Both hooks run on the writer goroutine with no lock of the log held,
+	// and come in pairs around each write (none for the open marker Open
+	// writes, no AfterWrite for a write that failed), so the owner may
+	// time the device write between them. AfterWrite must not block.
+	AfterWrite func(Written)
+}
+
+// Written describes one write of the log: a batch of records, or a marker.
+type Written struct {
+	Records     int // 0 for a marker
+	First, Last LSN // the records' LSNs; Last = First-1 for a marker
+	Bytes       int // bytes written to the region
 }
 
 // FlushIntervalDefault is the FlushInterval used when Options leave it 0.

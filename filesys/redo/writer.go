@@ -46,6 +46,9 @@ func (l *Log) run(ctx context.Context) {
 				l.fail(fmt.Errorf("redo: write %s: %w", j.describe(), err))
 				continue
 			}
+			if l.opts.AfterWrite != nil {
+				l.opts.AfterWrite(j.written())
+			}
 			l.mu.Lock()
 			l.completeLocked(j)
 			l.mu.Unlock()
@@ -205,6 +208,10 @@ func (l *Log) writeJob(ctx context.Context, j job) error {
 		return l.dev.WriteAt(ctx, second, l.opts.Base)
 	}
 	return nil
+}
+
+func (j job) written() Written {
+	return Written{Records: int(j.h.count), First: j.h.firstLSN, Last: j.h.next() - 1, Bytes: len(j.buf)}
 }
 
 func (j job) describe() string {

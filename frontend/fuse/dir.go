@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -86,7 +87,8 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 
 // fetch reads the page after d.pos and checks its cookies: a cookie out of
 // order or out of range would make the kernel loop or skip entries.
-func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
+func (d *dirHandle) fetch(ctx context.Context) (en syscall.Errno) {
+	defer d.n.m.stats.done("readdir", time.Now(), &en)
 	after := d.pos
 	if after == offsetDotDot {
 		after = 0
@@ -107,7 +109,8 @@ func (d *dirHandle) fetch(ctx context.Context) syscall.Errno {
 	return 0
 }
 
-func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) (en syscall.Errno) {
+	defer d.n.m.stats.done("fsyncdir", time.Now(), &en)
 	return d.n.errno("fsyncdir", d.n.m.fsys.Fsync(opCtx(ctx), d.n.ino(), flags&fsyncDataOnly != 0))
 }
 

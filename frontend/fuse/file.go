@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -26,7 +27,8 @@ func (m *Server) openFlags() uint32 {
 	return 0
 }
 
-func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, en syscall.Errno) {
+	defer n.m.stats.done("open", time.Now(), &en)
 	// Open first: it checks that ino still is the file the kernel looked up.
 	if err := n.m.fsys.Open(opCtx(ctx), n.ino(), n.StableAttr().Gen); err != nil {
 		return nil, 0, n.errno("open", err)
@@ -44,12 +46,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Release ends one Open or Create. Locks held through the handle were
 // dropped by rawFS before.
-func (n *node) Release(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+func (n *node) Release(ctx context.Context, _ fs.FileHandle) (en syscall.Errno) {
+	defer n.m.stats.done("release", time.Now(), &en)
 	n.m.fsys.Release(context.WithoutCancel(ctx), n.ino())
 	return 0
 }
 
-func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, en syscall.Errno) {
+	defer n.m.stats.done("read", time.Now(), &en)
 	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), dest, uint64(off))
 	if err != nil {
 		return nil, n.errno("read", err)
@@ -57,7 +61,8 @@ func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64
 	return fuse.ReadResultData(dest[:c]), 0
 }
 
-func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (_ uint32, en syscall.Errno) {
+	defer n.m.stats.done("write", time.Now(), &en)
 	h, _ := f.(*handle)
 	appendMode := h != nil && h.appendMode
 	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), data, uint64(off), appendMode)
@@ -73,18 +78,21 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 // (no writeback cache), so there is nothing to do.
 func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
 
-func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) syscall.Errno {
+func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) (en syscall.Errno) {
+	defer n.m.stats.done("fsync", time.Now(), &en)
 	return n.errno("fsync", n.m.fsys.Fsync(opCtx(ctx), n.ino(), flags&fsyncDataOnly != 0))
 }
 
-func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+func (n *node) Allocate(ctx context.Context, _ fs.FileHandle, off, size uint64, mode uint32) (en syscall.Errno) {
+	defer n.m.stats.done("fallocate", time.Now(), &en)
 	return n.errno("fallocate", n.m.fsys.Fallocate(opCtx(ctx), n.ino(), off, size, mode))
 }
 
 // Getlk, Setlk and Setlkw serve fcntl(2) record locks and, with LK_FLOCK
 // in flags, flock(2). owner is the kernel's lock owner: the process's
 // file table for POSIX locks, the open file for flock.
-func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) syscall.Errno {
+func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32, out *fuse.FileLock) (en syscall.Errno) {
+	defer n.m.stats.done("getlk", time.Now(), &en)
 	got, err := n.m.fsys.Getlk(opCtx(ctx), n.ino(), owner, fromFuseLock(lk))
 	if err != nil {
 		return n.errno("getlk", err)
@@ -93,11 +101,13 @@ func (n *node) Getlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fus
 	return 0
 }
 
-func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+func (n *node) Setlk(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) (en syscall.Errno) {
+	defer n.m.stats.done("setlk", time.Now(), &en)
 	return n.setlk(ctx, owner, lk, flags, false)
 }
 
-func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
+func (n *node) Setlkw(ctx context.Context, _ fs.FileHandle, owner uint64, lk *fuse.FileLock, flags uint32) (en syscall.Errno) {
+	defer n.m.stats.done("setlkw", time.Now(), &en)
 	return n.setlk(ctx, owner, lk, flags, true)
 }
 

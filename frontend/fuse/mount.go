@@ -14,6 +14,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 
 	"github.com/plumeria-fs/plumeria/filesys"
@@ -41,15 +42,20 @@ type Options struct {
 
 	Debug  bool         // log every FUSE request (go-fuse's debug output)
 	Logger *slog.Logger // nil: slog.Default()
+	// Registerer receives the metrics (frontend/fuse/metrics.go); nil
+	// means prometheus.DefaultRegisterer. Mounts of one process that use
+	// the same registry share the series.
+	Registerer prometheus.Registerer
 }
 
 // Server is a FileSystem served on a mount point; Mount makes one.
 type Server struct {
-	dir  string
-	fsys FileSystem
-	opts Options
-	log  *slog.Logger
-	srv  *fuse.Server
+	dir   string
+	fsys  FileSystem
+	opts  Options
+	log   *slog.Logger
+	srv   *fuse.Server
+	stats *stats
 
 	inval invalidator
 	locks posixLocks
@@ -66,7 +72,7 @@ type Server struct {
 // needs fusermount, and allow_other needs user_allow_other in
 // /etc/fuse.conf.
 func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
-	m := &Server{dir: mountpoint, fsys: fsys, opts: opts, log: opts.Logger}
+	m := &Server{dir: mountpoint, fsys: fsys, opts: opts, log: opts.Logger, stats: newStats(opts.Registerer)}
 	if m.log == nil {
 		m.log = slog.Default()
 	}

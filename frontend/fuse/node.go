@@ -3,6 +3,7 @@ package fuse
 import (
 	"context"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -100,7 +101,8 @@ func fillAttr(out *fuse.Attr, a filesys.Attr) {
 	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
 }
 
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
+	defer n.m.stats.done("lookup", time.Now(), &en)
 	a, err := n.m.fsys.Lookup(opCtx(ctx), n.ino(), name)
 	if err != nil {
 		return nil, n.errno("lookup", err)
@@ -108,7 +110,8 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) (en syscall.Errno) {
+	defer n.m.stats.done("getattr", time.Now(), &en)
 	a, err := n.m.fsys.Getattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return n.errno("getattr", err)
@@ -117,7 +120,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 	return 0
 }
 
-func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (en syscall.Errno) {
+	defer n.m.stats.done("setattr", time.Now(), &en)
 	var set filesys.SetAttr
 	if mode, ok := in.GetMode(); ok {
 		mode &= 0o7777
@@ -146,7 +150,8 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	return 0
 }
 
-func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, en syscall.Errno) {
+	defer n.m.stats.done("create", time.Now(), &en)
 	excl := flags&syscall.O_EXCL != 0
 	a, err := n.m.fsys.Create(opCtx(ctx), n.ino(), name, mode, caller(ctx), excl)
 	if err != nil {
@@ -166,7 +171,8 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 	return ch, &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
 }
 
-func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
+	defer n.m.stats.done("mknod", time.Now(), &en)
 	a, err := n.m.fsys.Mknod(opCtx(ctx), n.ino(), name, mode, rdev, caller(ctx))
 	if err != nil {
 		return nil, n.errno("mknod", err)
@@ -174,7 +180,8 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
+	defer n.m.stats.done("mkdir", time.Now(), &en)
 	// The kernel leaves S_IFDIR out of MKDIR's mode.
 	a, err := n.m.fsys.Mkdir(opCtx(ctx), n.ino(), name, mode&0o7777|syscall.S_IFDIR, caller(ctx))
 	if err != nil {
@@ -183,7 +190,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
+	defer n.m.stats.done("symlink", time.Now(), &en)
 	a, err := n.m.fsys.Symlink(opCtx(ctx), n.ino(), name, target, caller(ctx))
 	if err != nil {
 		return nil, n.errno("symlink", err)
@@ -191,7 +199,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
+	defer n.m.stats.done("link", time.Now(), &en)
 	a, err := n.m.fsys.Link(opCtx(ctx), target.EmbeddedInode().StableAttr().Ino, n.ino(), name)
 	if err != nil {
 		return nil, n.errno("link", err)
@@ -199,15 +208,18 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+func (n *node) Unlink(ctx context.Context, name string) (en syscall.Errno) {
+	defer n.m.stats.done("unlink", time.Now(), &en)
 	return n.errno("unlink", n.m.fsys.Unlink(opCtx(ctx), n.ino(), name))
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+func (n *node) Rmdir(ctx context.Context, name string) (en syscall.Errno) {
+	defer n.m.stats.done("rmdir", time.Now(), &en)
 	return n.errno("rmdir", n.m.fsys.Rmdir(opCtx(ctx), n.ino(), name))
 }
 
-func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (en syscall.Errno) {
+	defer n.m.stats.done("rename", time.Now(), &en)
 	var f uint32
 	switch flags {
 	case 0:
@@ -222,7 +234,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return n.errno("rename", n.m.fsys.Rename(opCtx(ctx), n.ino(), name, to, newName, f))
 }
 
-func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+func (n *node) Readlink(ctx context.Context) (_ []byte, en syscall.Errno) {
+	defer n.m.stats.done("readlink", time.Now(), &en)
 	t, err := n.m.fsys.Readlink(opCtx(ctx), n.ino())
 	if err != nil {
 		return nil, n.errno("readlink", err)
@@ -230,7 +243,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(t), 0
 }
 
-func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (en syscall.Errno) {
+	defer n.m.stats.done("statfs", time.Now(), &en)
 	s, err := n.m.fsys.Statfs(ctx)
 	if err != nil {
 		return n.errno("statfs", err)
@@ -245,7 +259,8 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 // Getxattr copies the value into dest. When dest is too small it returns
 // the size and ERANGE; go-fuse turns that into the size answer a probe
 // (getxattr with size 0) expects.
-func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (_ uint32, en syscall.Errno) {
+	defer n.m.stats.done("getxattr", time.Now(), &en)
 	v, err := n.m.fsys.Getxattr(opCtx(ctx), n.ino(), attr)
 	if err != nil {
 		return 0, n.errno("getxattr", err)
@@ -256,13 +271,15 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return uint32(copy(dest, v)), 0
 }
 
-func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (en syscall.Errno) {
+	defer n.m.stats.done("setxattr", time.Now(), &en)
 	return n.errno("setxattr", n.m.fsys.Setxattr(opCtx(ctx), n.ino(), attr, data, flags))
 }
 
 // Listxattr writes the names NUL-terminated, as listxattr(2) returns them;
 // a too small dest gets the size and ERANGE, as in Getxattr.
-func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+func (n *node) Listxattr(ctx context.Context, dest []byte) (_ uint32, en syscall.Errno) {
+	defer n.m.stats.done("listxattr", time.Now(), &en)
 	names, err := n.m.fsys.Listxattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return 0, n.errno("listxattr", err)
@@ -281,6 +298,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	return uint32(len(b)), 0
 }
 
-func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+func (n *node) Removexattr(ctx context.Context, attr string) (en syscall.Errno) {
+	defer n.m.stats.done("removexattr", time.Now(), &en)
 	return n.errno("removexattr", n.m.fsys.Removexattr(opCtx(ctx), n.ino(), attr))
 }
