@@ -48,6 +48,7 @@ func RunTwoDirs(t *testing.T, a, b string) {
 		{"unlink_seen", twoUnlinkSeen},
 		{"mkdir_then_create", twoMkdirThenCreate},
 		{"chmod_seen", twoChmodSeen},
+		{"dir_chmod_seen", twoDirChmodSeen},
 		{"truncate_seen", twoTruncateSeen},
 		{"flock_appends_reopen", func(e *env, a, b string) { twoFlockAppends(e, a, b, true) }},
 		{"flock_appends_samefd", func(e *env, a, b string) { twoFlockAppends(e, a, b, false) }},
@@ -161,6 +162,21 @@ func twoChmodSeen(e *env, a, b string) {
 		if st := e.stat(filepath.Join(b, "f")); st.Mode&0o7777 != m {
 			e.Errorf("stat in b %s after chmod(%#o) in a: got mode %#o", filepath.Join(b, "f"), m, st.Mode&0o7777)
 		}
+	}
+}
+
+// twoDirChmodSeen: a directory's new mode (which the kernel may cache for
+// permission checks) is seen on the other side at once, again and again.
+func twoDirChmodSeen(e *env, a, b string) {
+	e.mkdir(filepath.Join(a, "d"))
+	e.create(filepath.Join(a, "d", "f"), nil)
+	e.stat(filepath.Join(b, "d", "f"))
+	for _, m := range []uint32{0o700, 0o751, 0o755, 0o711} {
+		e.ok(fmt.Sprintf("chmod(%#o) in a", m), filepath.Join(a, "d"), unix.Chmod(filepath.Join(a, "d"), m))
+		if st := e.stat(filepath.Join(b, "d")); st.Mode&0o7777 != m {
+			e.Errorf("stat in b %s after chmod(%#o) in a: got mode %#o", filepath.Join(b, "d"), m, st.Mode&0o7777)
+		}
+		e.stat(filepath.Join(b, "d", "f")) // a walk through d, with its mode cached
 	}
 }
 

@@ -43,6 +43,20 @@ func (v *invalidator) start(srv *fuse.Server, log *slog.Logger) {
 // is not empty, of the entry name in directory ino (dir is informative:
 // both cases are handled the same way).
 func (v *invalidator) add(ino uint64, dir bool, name string) {
+	// Attributes at once: cached directory attributes (DirAttrTimeout)
+	// must be gone before the lock leaves this node. An attribute-only
+	// NOTIFY_INVAL_INODE (offset < 0) bumps the inode's attribute version
+	// and takes no lock a FUSE request may hold, so it cannot deadlock; a
+	// reply in flight that read the attributes before is then ignored.
+	v.mu.Lock()
+	stopped := v.stopped
+	v.mu.Unlock()
+	if stopped {
+		return
+	}
+	if st := v.srv.InodeNotify(ino, -1, 0); !st.Ok() && st != fuse.ENOENT {
+		v.log.Warn("fuse: invalidate attributes", "ino", ino, "status", st)
+	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if v.stopped {

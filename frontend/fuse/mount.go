@@ -36,6 +36,20 @@ type Options struct {
 	// coherence across nodes for fewer requests.
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 
+	// DirAttrTimeout is AttrTimeout for directories (0: AttrTimeout).
+	// Mount sets it to DirAttrTimeoutDefault: the kernel checks search
+	// permission on every directory of every path it walks, and with no
+	// cached attributes each check is a GETATTR. It stays coherent: a
+	// directory's attributes are cached only while this node holds its
+	// inode lock, and the lock leaves only after the invalidator has
+	// dropped them (synchronously: an attribute-only invalidation takes no
+	// lock in the kernel that a request could hold). A reply already in
+	// flight for an inode the kernel did not know yet can still install
+	// attributes that are older than such an invalidation, for at most
+	// DirAttrTimeout; regular files keep AttrTimeout (0), since a stale
+	// size would shorten reads.
+	DirAttrTimeout time.Duration
+
 	// KeepCache keeps a file's cached pages across opens (FOPEN_KEEP_CACHE);
 	// then only the invalidator drops them.
 	KeepCache bool
@@ -67,11 +81,17 @@ type Server struct {
 	}
 }
 
+// DirAttrTimeoutDefault is the default Options.DirAttrTimeout.
+const DirAttrTimeoutDefault = time.Second
+
 // Mount mounts fsys on mountpoint and serves it until Unmount (or an
 // outside umount). As root it mounts with mount(2) itself; otherwise it
 // needs fusermount, and allow_other needs user_allow_other in
 // /etc/fuse.conf.
 func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
+	if opts.DirAttrTimeout == 0 {
+		opts.DirAttrTimeout = max(DirAttrTimeoutDefault, opts.AttrTimeout)
+	}
 	m := &Server{dir: mountpoint, fsys: fsys, opts: opts, log: opts.Logger, stats: newStats(opts.Registerer)}
 	if m.log == nil {
 		m.log = slog.Default()

@@ -75,6 +75,9 @@ var nameOps = map[string]bool{"lookup": true, "create": true, "mknod": true, "mk
 // and fills out.
 func (n *node) child(ctx context.Context, a filesys.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
+	if isDir(a) {
+		out.SetAttrTimeout(n.m.opts.DirAttrTimeout)
+	}
 	id := fs.StableAttr{Ino: a.Ino, Gen: a.Gen, Mode: a.Mode & syscall.S_IFMT}
 	return n.NewInode(ctx, &node{m: n.m}, id)
 }
@@ -86,6 +89,8 @@ func caller(ctx context.Context) filesys.Caller {
 	}
 	return filesys.Caller{}
 }
+
+func isDir(a filesys.Attr) bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 
 // fillAttr copies a into out. Blksize is set so that go-fuse keeps Blocks
 // (it computes Blocks from Size when Blksize is 0, which hides sparseness).
@@ -117,6 +122,9 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) 
 		return n.errno("getattr", err)
 	}
 	fillAttr(&out.Attr, a)
+	if isDir(a) {
+		out.SetTimeout(n.m.opts.DirAttrTimeout)
+	}
 	return 0
 }
 
@@ -147,6 +155,9 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 		return n.errno("setattr", err)
 	}
 	fillAttr(&out.Attr, a)
+	if isDir(a) {
+		out.SetTimeout(n.m.opts.DirAttrTimeout)
+	}
 	return 0
 }
 
