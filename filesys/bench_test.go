@@ -3,10 +3,12 @@ package filesys
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
+	"github.com/plumeria-fs/plumeria/lock"
 )
 
 // benchFS is a formatted in-memory volume with one directory of n files,
@@ -61,6 +63,48 @@ func BenchmarkCreate(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		if _, err := fs.Create(ctx, dir, fmt.Sprintf("new-%08d", i), 0o644, Caller{}, true); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// countingLocker is the single-node locker that records what was asked.
+type countingLocker struct {
+	fstest.SoloLocker
+	mu   sync.Mutex
+	asks map[uint64]int
+}
+
+func (c *countingLocker) Acquire(ctx context.Context, table string, l uint64, mode lock.Mode) error {
+	c.mu.Lock()
+	c.asks[l]++
+	c.mu.Unlock()
+	return nil
+}
+
+// TestInodeLockPrefetch: after a create, the locks of the next free
+// inodes of its group are asked for ahead of the creates that need them.
+func TestInodeLockPrefetch(t *testing.T) {
+	ctx := context.Background()
+	dev := newMemDevice()
+	if _, err := Format(ctx, dev, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	lk := &countingLocker{asks: map[uint64]int{}}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: lk, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.prefetch.wg.Wait()
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	for ino := a.Ino + 1; ino <= a.Ino+prefetchAhead; ino++ {
+		if lk.asks[inodeLock(ino)] == 0 {
+			t.Errorf("inode %d (after new inode %d) was not locked ahead", ino, a.Ino)
 		}
 	}
 }

@@ -76,9 +76,11 @@ type FS struct {
 	rlog  *redo.Log
 	cache *cache
 	data  dataWriter // file data written behind
-	locks *localLocks
-	rg    int // the resource group this node allocates from first
-	stats *stats
+
+	prefetch prefetcher // inode locks taken ahead of creates
+	locks    *localLocks
+	rg       int // the resource group this node allocates from first
+	stats    *stats
 
 	mu struct {
 		sync.Mutex
@@ -144,6 +146,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	fs.data.init(fs)
+	fs.prefetch.init()
 	fs.rlog, err = redo.Open(ctx, cfg.Dev, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
@@ -178,6 +181,7 @@ func (fs *FS) Close(ctx context.Context) error {
 		close(fs.stop)
 	}
 	fs.flusher.Wait()
+	fs.prefetch.wg.Wait()
 	fs.freeOrphans(ctx)
 	fs.data.drain()
 	err := fs.writeBackAll(ctx)

@@ -162,6 +162,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	}
 	rg.Set(i)
 	rg.Encode(b, g, layout.Version(b))
+	fs.prefetchAfter(g, rg, i)
 	in := init(ino, old)
 	in.Gen = old.Gen + 1
 	if err := t.putInode(ino, in); err != nil {
