@@ -44,8 +44,15 @@ func owners(m *clustermap.Map) map[int]string {
 	return out
 }
 
+// mapTimeout bounds one fetch of the map: a coordinator that does not
+// answer must not hold up the clerk's view of the owners (the clerk asks
+// again after a backoff, the poller after a heartbeat interval).
+const mapTimeout = 2 * time.Second
+
 // Owners fetches the newest map and returns each group's owner address.
 func (r *LockResolver) Owners(ctx context.Context) (map[int]string, uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, mapTimeout)
+	defer cancel()
 	m, err := r.cc.Map(ctx, 0)
 	if err != nil {
 		return nil, 0, err
@@ -90,7 +97,7 @@ func (r *LockResolver) Changed(epoch uint64) <-chan struct{} {
 // poll follows the map for as long as the process runs.
 func (r *LockResolver) poll() {
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), mapTimeout)
 		if m, err := r.cc.Map(ctx, 0); err == nil {
 			r.update(m)
 		}
