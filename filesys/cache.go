@@ -56,8 +56,9 @@ func (fs *FS) load(ctx context.Context, addr, lockID uint64) ([]byte, error) {
 	c := fs.cache
 	c.mu.Lock()
 	if b := c.blocks[addr]; b != nil {
+		data := b.data
 		c.mu.Unlock()
-		return b.data, nil
+		return data, nil
 	}
 	c.mu.Unlock()
 	data := make([]byte, layout.BlockBytes)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
-	"github.com/plumeria-fs/plumeria/lock"
 )
 
 // Inode lock prefetch. A new file's inode lock is almost never cached (the
@@ -54,11 +53,12 @@ func (fs *FS) prefetchAfter(g int, rg *layout.RG, i int) {
 			defer p.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), prefetchWait)
 			defer cancel()
-			if fs.cfg.Locker.Acquire(ctx, fs.cfg.Table, inodeLock(ino), lock.Write) == nil {
-				// The inode block too, while the lock is pinned: the
-				// create reads it (a failed read only leaves it uncached).
-				fs.load(ctx, layout.InodeAddr(ino), inodeLock(ino))
-				fs.cfg.Locker.Unpin(fs.cfg.Table, inodeLock(ino), lock.Write)
+			// The local lock too (fs.acquire): the inode block is read
+			// into the cache under it, and a create may be taking this
+			// inode meanwhile. Holding only this lock, it cannot deadlock.
+			if h, err := fs.acquire(ctx, w(inodeLock(ino))); err == nil {
+				fs.load(ctx, layout.InodeAddr(ino), inodeLock(ino)) // a failure only leaves it uncached
+				h.release()
 			}
 			p.mu.Lock()
 			delete(p.pending, ino)
