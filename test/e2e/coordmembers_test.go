@@ -46,10 +46,17 @@ func TestCoordinatorMembership(t *testing.T) {
 		}
 	}
 
-	st, err := c.status()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The leader refuses a removal unless the members that stay are heard
+	// from: wait until it has heard from every one.
+	st := c.waitStatus(30*time.Second, "every coordinator up", func(st *coord.Status) (bool, string) {
+		up := 0
+		for _, m := range st.Coordinators {
+			if m.Up {
+				up++
+			}
+		}
+		return up == 3, coordStates(st)
+	})
 	// A follower started with --join (c1 bootstrapped and has none).
 	victim := "c3"
 	if st.Leader == "c3" {
@@ -71,7 +78,7 @@ func TestCoordinatorMembership(t *testing.T) {
 
 	// Kill a follower: removing any other member would leave two voters
 	// with one up.
-	st, err = c.status()
+	st, err := c.status()
 	if err != nil {
 		t.Fatal(err)
 	}
