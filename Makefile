@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/plumeria
 TEST_TIMEOUT ?= 60m
 
-.PHONY: build test test-short vet deps proto fuzz bench-vdisk clean image cluster-up cluster-down
+.PHONY: build test test-short vet deps proto fuzz bench-vdisk chaos chaos-short clean image cluster-up cluster-down
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/plumeria
@@ -36,6 +36,24 @@ fuzz:
 			echo "fuzz $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 		done; \
 	done
+
+# chaos runs the chaos harness in long mode (root; docs/testing.md): a
+# cluster in network namespaces under a seeded fault schedule, then the
+# crash-point loop. SEED=N replays a run (give the DURATION it printed);
+# FAULTS picks fault kinds (comma-separated, see test/chaos/plan).
+# chaos-short: the short mode (a few minutes, new seeds). `go test ./...` skips it
+# unless PLUMERIA_CHAOS=1 until the anomalies in docs/status.md (issue E) are fixed.
+SEED ?= 0
+DURATION ?= 10m
+FAULTS ?= all
+CRASH_ITERATIONS ?= 200
+CHAOS_RUN ?= TestChaos|TestCrashPoints
+chaos: deps
+	$(GO) test -count=1 -v -timeout 0 -run '$(CHAOS_RUN)' ./test/chaos/ -args -chaos.long \
+		-chaos.seed=$(SEED) -chaos.duration=$(DURATION) -chaos.faults=$(FAULTS) -chaos.crash-iterations=$(CRASH_ITERATIONS)
+
+chaos-short: deps
+	PLUMERIA_CHAOS=1 $(GO) test -count=1 -v -timeout 20m ./test/chaos/...
 
 bench-vdisk: build
 	$(BIN) bench vdisk --size 256MiB
