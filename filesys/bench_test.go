@@ -108,3 +108,41 @@ func TestInodeLockPrefetch(t *testing.T) {
 		}
 	}
 }
+
+// TestAllocPassesOverABusyInode: a free inode whose lock an operation
+// holds (a rename that locked it before another node freed it, waiting for
+// the group this create holds) is passed over instead of waited for.
+func TestAllocPassesOverABusyInode(t *testing.T) {
+	ctx := context.Background()
+	dev := newMemDevice()
+	if _, err := Format(ctx, dev, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	a, err := fs.Create(ctx, RootIno, "a", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.prefetch.wg.Wait()
+	busy := fs.locks.get(inodeLock(a.Ino + 1))
+	busy.Lock()
+	defer func() { busy.Unlock(); fs.locks.put(inodeLock(a.Ino + 1)) }()
+	done := make(chan struct{})
+	var b Attr
+	go func() {
+		defer close(done)
+		b, err = fs.Create(ctx, RootIno, "b", 0o644, Caller{}, true)
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("create waited for a busy free inode")
+	}
+	if err != nil || b.Ino == a.Ino+1 {
+		t.Fatalf("create: %+v %v (inode %d is busy)", b, err, a.Ino+1)
+	}
+}

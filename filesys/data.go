@@ -2,6 +2,7 @@ package filesys
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -29,6 +30,7 @@ type dataWriter struct {
 	inflight map[uint64]dataWrite
 	bytes    int              // bytes under way
 	errs     map[uint64]error // by inode: first failure not yet reported by fsync
+	failed   error            // first failure of all: the log must not go on
 }
 
 type dataWrite struct {
@@ -79,6 +81,9 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 		if err != nil && d.errs[ino] == nil {
 			d.errs[ino] = err
 		}
+		if err != nil && d.failed == nil {
+			d.failed = fmt.Errorf("file data of inode %d at %d not written: %w", ino, off, err)
+		}
 		d.cond.Broadcast()
 		d.mu.Unlock()
 	}()
@@ -126,13 +131,19 @@ func (d *dataWriter) sync(ino uint64) error {
 
 // barrier waits until every write issued so far has finished: the redo
 // log calls it before it writes a batch.
-func (d *dataWriter) barrier() {
+//
+// A data write that failed makes it fail, and with it the log and the
+// node: a record logged after it may make its bytes visible (a larger
+// size), and it must not become durable. Another node then recovers the
+// log up to what was durable before, as after a crash.
+func (d *dataWriter) barrier() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	upTo := d.seq
 	for d.oldestLocked() <= upTo {
 		d.cond.Wait()
 	}
+	return d.failed
 }
 
 // oldestLocked is the lowest sequence number under way (max when none).

@@ -159,9 +159,12 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 func (fs *FS) logOptions(slot int) redo.Options {
 	return redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes,
 		FlushInterval: fs.cfg.FlushInterval / 4,
-		BeforeWrite: func() {
-			fs.data.barrier() // the device write is timed from here
-			fs.stats.beforeWrite()
+		BeforeWrite: func() error {
+			if err := fs.data.barrier(); err != nil {
+				return err
+			}
+			fs.stats.beforeWrite() // the device write is timed from here
+			return nil
 		},
 		AfterWrite: fs.stats.afterWrite,
 		OnPressure: func() {

@@ -118,10 +118,12 @@ func (d dirBlocks) Write(n uint64, p []byte) error {
 func saveDir(in *layout.Inode, d *dir.Dir) { in.Inline = d.Encode() }
 
 // allocInode allocates an inode in a resource group this operation holds
-// (h holds rgLock(g) in write mode) and takes its lock. Taking the new
-// inode's lock out of order cannot deadlock: the inode is free, so no
-// other operation holds it while waiting for a lock this one holds (a
-// deleter that freed it released the group before we could see it free).
+// (h holds rgLock(g) in write mode) and takes its lock. That lock comes
+// out of order (after the group's), and a free inode's lock can still be
+// held by an operation that waits for this group: a rename or a last close
+// that locked the inode before another node freed it. So it is only tried
+// (allocTryWait for the cluster lock, not at all for the local one); a
+// free inode whose lock is busy is passed over for the next free one.
 func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layout.Inode) *layout.Inode) (uint64, *layout.Inode, error) {
 	b, err := t.write(layout.RGAddr(g), rgLock(g))
 	if err != nil {
@@ -131,13 +133,20 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	if err != nil {
 		return 0, nil, fmt.Errorf("%w: resource group %d: %v", ErrIO, g, err)
 	}
-	i := rg.FindFree(0)
-	if i < 0 {
-		return 0, nil, errGroupFull
-	}
-	ino := uint64(g)*layout.InodesPerRG + uint64(i)
-	if err := h.add(t.ctx, w(inodeLock(ino))); err != nil {
-		return 0, nil, err
+	var i int
+	var ino uint64
+	for try, from := 0, 0; ; try, from = try+1, i+1 {
+		if i = rg.FindFree(from); i < 0 || try >= allocTriesMax || (try > 0 && i < from) {
+			return 0, nil, errGroupFull // full, or every free inode tried is busy
+		}
+		ino = uint64(g)*layout.InodesPerRG + uint64(i)
+		ok, err := h.tryAdd(t.ctx, inodeLock(ino), allocTryWait)
+		if err != nil {
+			return 0, nil, err
+		}
+		if ok {
+			break
+		}
 	}
 	ib, err := t.read(layout.InodeAddr(ino), inodeLock(ino))
 	if err != nil {
@@ -172,6 +181,14 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 }
 
 var errGroupFull = fmt.Errorf("%w: resource group full", ErrNoSpace)
+
+// allocTryWait bounds the wait for a free inode's cluster lock (another
+// node may have it cached and must give it back: normally milliseconds);
+// allocTriesMax bounds the free inodes tried in one group.
+const (
+	allocTryWait  = 2 * time.Second
+	allocTriesMax = 8
+)
 
 // freeInode marks inode ino free in its group (h holds the group's lock)
 // and stages the free inode, keeping its generation and high-water mark.

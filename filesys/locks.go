@@ -107,6 +107,30 @@ func (h *held) add(ctx context.Context, x want) error {
 	return nil
 }
 
+// tryAdd takes one more write lock out of order, giving up (false) rather
+// than waiting longer than wait for the cluster lock or at all for the
+// local one: waiting out of order could close a cycle.
+func (h *held) tryAdd(ctx context.Context, id uint64, wait time.Duration) (bool, error) {
+	fs := h.fs
+	actx, cancel := context.WithTimeout(ctx, wait)
+	err := fs.cfg.Locker.Acquire(actx, fs.cfg.Table, id, lock.Write)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		return false, nil
+	case err != nil:
+		return false, fs.lockError(id, err)
+	}
+	l := fs.locks.get(id)
+	if !l.TryLock() {
+		fs.locks.put(id)
+		fs.cfg.Locker.Unpin(fs.cfg.Table, id, lock.Write)
+		return false, nil
+	}
+	h.locks = append(h.locks, want{id: id, mode: lock.Write})
+	return true, nil
+}
+
 func (h *held) release() {
 	fs := h.fs
 	for i := len(h.locks) - 1; i >= 0; i-- {

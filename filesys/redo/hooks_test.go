@@ -2,7 +2,9 @@ package redo
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,13 +22,14 @@ func TestWriteHooks(t *testing.T) {
 		written  []Written
 	)
 	opts := Options{Size: 1 << 20, FlushInterval: time.Millisecond,
-		BeforeWrite: func() {
+		BeforeWrite: func() error {
 			mu.Lock()
 			defer mu.Unlock()
 			if inWrite {
 				unpaired++
 			}
 			inWrite = true
+			return nil
 		},
 		AfterWrite: func(w Written) {
 			mu.Lock()
@@ -104,4 +107,37 @@ func TestWriteHooks(t *testing.T) {
 	if records != writers*each {
 		t.Errorf("%d records reported, want %d", records, writers*each)
 	}
+}
+
+// TestBeforeWriteFails: an error from BeforeWrite fails the log before
+// anything of the batch reaches the device.
+func TestBeforeWriteFails(t *testing.T) {
+	dev := &countingDevice{Device: NewMemDevice(1 << 20)}
+	boom := errors.New("data write failed")
+	l, err := Open(context.Background(), dev, Options{Size: 1 << 20, FlushInterval: time.Millisecond,
+		BeforeWrite: func() error { return boom }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := dev.n.Load() // Open writes what it found released
+	lsn, err := l.Append([]Update{{Addr: 4096, Version: 1, Data: []byte("x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Wait(context.Background(), lsn); !errors.Is(err, boom) {
+		t.Fatalf("Wait after a failed BeforeWrite: %v", err)
+	}
+	if n := dev.n.Load() - opened; n != 0 {
+		t.Fatalf("%d device writes after a failed BeforeWrite", n)
+	}
+}
+
+type countingDevice struct {
+	Device
+	n atomic.Int64
+}
+
+func (d *countingDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	d.n.Add(1)
+	return d.Device.WriteAt(ctx, p, off)
 }

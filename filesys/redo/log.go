@@ -49,7 +49,8 @@ type Options struct {
 	// BeforeWrite, if set, is called before each write to the log region
 	// and may block: the owner waits there for data that must be on the
 	// device before the records being written (ordered data).
-	BeforeWrite func()
+	// An error fails the log instead (nothing more is written).
+	BeforeWrite func() error
 	// AfterWrite, if set, is called with what was written once a batch or
 	// marker is durable, before the waiters of its records are woken.
 	// Both hooks run on the writer goroutine with no lock of the log held,

@@ -40,7 +40,10 @@ func (l *Log) run(ctx context.Context) {
 			return
 		case actWrite:
 			if l.opts.BeforeWrite != nil {
-				l.opts.BeforeWrite()
+				if err := l.opts.BeforeWrite(); err != nil {
+					l.fail(fmt.Errorf("redo: before writing %s: %w", j.describe(), err))
+					continue
+				}
 			}
 			if err := l.writeJob(ctx, j); err != nil {
 				l.fail(fmt.Errorf("redo: write %s: %w", j.describe(), err))
