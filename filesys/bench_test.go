@@ -2,6 +2,7 @@ package filesys
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -144,5 +145,46 @@ func TestAllocPassesOverABusyInode(t *testing.T) {
 	}
 	if err != nil || b.Ino == a.Ino+1 {
 		t.Fatalf("create: %+v %v (inode %d is busy)", b, err, a.Ino+1)
+	}
+}
+
+// TestReadWriteCheckGeneration: a read or write through a handle of a
+// freed file whose number a new file took is ErrStale, not the new file.
+func TestReadWriteCheckGeneration(t *testing.T) {
+	ctx := context.Background()
+	dev := newMemDevice()
+	if _, err := Format(ctx, dev, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	old, err := fs.Create(ctx, RootIno, "old", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Unlink(ctx, RootIno, "old"); err != nil {
+		t.Fatal(err)
+	}
+	fs.prefetch.wg.Wait()
+	var reused Attr
+	for i := 0; reused.Ino != old.Ino; i++ {
+		if i > 100 {
+			t.Skip("the freed inode number was not reused")
+		}
+		if reused, err = fs.Create(ctx, RootIno, fmt.Sprintf("new%d", i), 0o644, Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fs.Write(ctx, old.Ino, old.Gen, []byte("x"), 0, false); !errors.Is(err, ErrStale) {
+		t.Fatalf("write through the old generation: %v", err)
+	}
+	if _, err := fs.Read(ctx, old.Ino, old.Gen, make([]byte, 1), 0); !errors.Is(err, ErrStale) {
+		t.Fatalf("read through the old generation: %v", err)
+	}
+	if _, err := fs.Write(ctx, reused.Ino, reused.Gen, []byte("x"), 0, false); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -11,8 +11,18 @@ import (
 // inlineCap is how many bytes of a regular file stay inside its inode.
 func inlineCap(in *layout.Inode) uint64 { return uint64(layout.InlineBytes - in.XattrBytes()) }
 
-// Read reads from regular file ino at off; short only at end of file.
-func (fs *FS) Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, error) {
+// checkGen is ErrStale when ino is no longer generation gen (0: any): the
+// file the caller opened was freed (by another node) and its number reused.
+func checkGen(ino, gen uint64, in *layout.Inode) error {
+	if gen != 0 && in.Gen != gen {
+		return fmt.Errorf("%w: inode %d is generation %d now, not %d", ErrStale, ino, in.Gen, gen)
+	}
+	return nil
+}
+
+// Read reads from regular file ino, generation gen (0: any), at off; short
+// only at end of file.
+func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (int, error) {
 	h, err := fs.acquire(ctx, r(inodeLock(ino)))
 	if err != nil {
 		return 0, err
@@ -20,6 +30,9 @@ func (fs *FS) Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, 
 	defer h.release()
 	in, err := fs.newTx(ctx).inode(ino)
 	if err != nil {
+		return 0, err
+	}
+	if err := checkGen(ino, gen, in); err != nil {
 		return 0, err
 	}
 	if !isReg(in) {
@@ -46,10 +59,10 @@ func (fs *FS) Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, 
 	return n, nil
 }
 
-// Write writes p to regular file ino at off (at its end with appendMode).
-// The bytes are on the volume before the inode change that covers them is
-// logged (ordered data).
-func (fs *FS) Write(ctx context.Context, ino uint64, p []byte, off uint64, appendMode bool) (int, error) {
+// Write writes p to regular file ino, generation gen (0: any), at off (at
+// its end with appendMode). The bytes are on the volume before the inode
+// change that covers them is logged (ordered data).
+func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (int, error) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
 		return 0, err
@@ -58,6 +71,9 @@ func (fs *FS) Write(ctx context.Context, ino uint64, p []byte, off uint64, appen
 	t := fs.newTx(ctx)
 	in, err := t.inode(ino)
 	if err != nil {
+		return 0, err
+	}
+	if err := checkGen(ino, gen, in); err != nil {
 		return 0, err
 	}
 	if !isReg(in) {

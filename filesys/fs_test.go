@@ -59,16 +59,16 @@ func TestBasicOps(t *testing.T) {
 		t.Fatalf("exclusive create of existing: %v", err)
 	}
 	small := []byte("hello world")
-	if _, err := fs.Write(ctx, f.Ino, small, 0, false); err != nil {
+	if _, err := fs.Write(ctx, f.Ino, 0, small, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	big := bytes.Repeat([]byte("0123456789abcdef"), 1000) // 16000 bytes: leaves the inode
-	if _, err := fs.Write(ctx, f.Ino, big, 5, false); err != nil {
+	if _, err := fs.Write(ctx, f.Ino, 0, big, 5, false); err != nil {
 		t.Fatal(err)
 	}
 	want := append(append([]byte{}, small[:5]...), big...)
 	got := make([]byte, len(want)+10)
-	n, err := fs.Read(ctx, f.Ino, got, 0)
+	n, err := fs.Read(ctx, f.Ino, 0, got, 0)
 	if err != nil || n != len(want) || !bytes.Equal(got[:n], want) {
 		t.Fatalf("read %d %v", n, err)
 	}

@@ -80,7 +80,7 @@ func TestWriteBackAndDataMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := bytes.Repeat([]byte("x"), 64<<10) // leaves the inode: written to the extent
-	if _, err := fs.Write(ctx, f.Ino, data, 0, false); err != nil {
+	if _, err := fs.Write(ctx, f.Ino, 0, data, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := fs.Fsync(ctx, f.Ino, false); err != nil {

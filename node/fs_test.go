@@ -65,7 +65,7 @@ func TestFSCoherenceTwoNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.FS.Write(ctx, f.Ino, []byte("from a"), 0, false); err != nil {
+	if _, err := a.FS.Write(ctx, f.Ino, 0, []byte("from a"), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.FS.Lookup(ctx, filesys.RootIno, "hello")
@@ -73,7 +73,7 @@ func TestFSCoherenceTwoNodes(t *testing.T) {
 		t.Fatalf("b sees %+v %v", got, err)
 	}
 	buf := make([]byte, 10)
-	if n, err := b.FS.Read(ctx, f.Ino, buf, 0); err != nil || string(buf[:n]) != "from a" {
+	if n, err := b.FS.Read(ctx, f.Ino, 0, buf, 0); err != nil || string(buf[:n]) != "from a" {
 		t.Fatalf("b reads %q %v", buf[:n], err)
 	}
 	if err := b.FS.Rename(ctx, filesys.RootIno, "hello", filesys.RootIno, "renamed", 0); err != nil {
@@ -83,11 +83,11 @@ func TestFSCoherenceTwoNodes(t *testing.T) {
 		t.Fatalf("a still sees the old name: %v", err)
 	}
 	big := bytes.Repeat([]byte("xyz"), 100000)
-	if _, err := b.FS.Write(ctx, f.Ino, big, 0, false); err != nil {
+	if _, err := b.FS.Write(ctx, f.Ino, 0, big, 0, false); err != nil {
 		t.Fatal(err)
 	}
 	buf = make([]byte, len(big))
-	if n, err := a.FS.Read(ctx, f.Ino, buf, 0); err != nil || !bytes.Equal(buf[:n], big) {
+	if n, err := a.FS.Read(ctx, f.Ino, 0, buf, 0); err != nil || !bytes.Equal(buf[:n], big) {
 		t.Fatalf("a reads %d bytes %v", n, err)
 	}
 	// Both nodes create in one directory, alternating.
@@ -125,7 +125,7 @@ func TestFSCrashRecovery(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := a.FS.Write(ctx, f.Ino, []byte(fmt.Sprintf("content %d", i)), 0, false); err != nil {
+		if _, err := a.FS.Write(ctx, f.Ino, 0, []byte(fmt.Sprintf("content %d", i)), 0, false); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -147,7 +147,7 @@ func TestFSCrashRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		buf := make([]byte, 64)
-		n, err := b.FS.Read(ctx, at.Ino, buf, 0)
+		n, err := b.FS.Read(ctx, at.Ino, 0, buf, 0)
 		if err != nil || string(buf[:n]) != fmt.Sprintf("content %d", i) {
 			t.Fatalf("f%d: %q %v", i, buf[:n], err)
 		}

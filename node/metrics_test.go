@@ -180,7 +180,7 @@ func testScrape(t *testing.T, tc *testCluster, coordHTTP string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.FS.Write(ctx, f.Ino, make([]byte, 100<<10), 0, false); err != nil {
+	if _, err := n.FS.Write(ctx, f.Ino, 0, make([]byte, 100<<10), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.FS.Fsync(ctx, f.Ino, false); err != nil {

@@ -66,7 +66,7 @@ func build(t *testing.T) *tree {
 	}
 	create := func(parent uint64, name, path, data string) uint64 {
 		a := must(fs.Create(ctx, parent, name, 0o644, c, true))
-		must(fs.Write(ctx, a.Ino, []byte(data), 0, false))
+		must(fs.Write(ctx, a.Ino, 0, []byte(data), 0, false))
 		tr.want[path], tr.ino[path] = data, a.Ino
 		return a.Ino
 	}
@@ -155,7 +155,7 @@ func (tr *tree) verify(t *testing.T) {
 			}
 		default:
 			p := make([]byte, len(want)+10)
-			n, err := fs.Read(ctx, ino, p, 0)
+			n, err := fs.Read(ctx, ino, 0, p, 0)
 			if err != nil || string(p[:n]) != want {
 				t.Fatalf("%s: read %d bytes %v", path, n, err)
 			}
@@ -359,7 +359,7 @@ func TestOrphan(t *testing.T) {
 	fs := openFS(t, tr.dev, "o", 0)
 	a := must(fs.Create(ctx, filesys.RootIno, "orphan", 0o644, filesys.Caller{}, true))
 	data := bytes.Repeat([]byte("x"), 20000)
-	must(fs.Write(ctx, a.Ino, data, 0, false))
+	must(fs.Write(ctx, a.Ino, 0, data, 0, false))
 	if err := fs.Open(ctx, a.Ino, a.Gen); err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestLogSlot(t *testing.T) {
 	fs := openFS(t, tr.dev, "crashed", time.Hour)
 	d := must(fs.Mkdir(ctx, filesys.RootIno, "after-crash", 0o755, filesys.Caller{}))
 	f := must(fs.Create(ctx, d.Ino, "f", 0o644, filesys.Caller{}, true))
-	must(fs.Write(ctx, f.Ino, []byte("survives"), 0, false))
+	must(fs.Write(ctx, f.Ino, 0, []byte("survives"), 0, false))
 	if err := fs.Rename(ctx, filesys.RootIno, "top", d.Ino, "moved", 0); err != nil {
 		t.Fatal(err)
 	}

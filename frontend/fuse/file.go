@@ -54,7 +54,7 @@ func (n *node) Release(ctx context.Context, _ fs.FileHandle) (en syscall.Errno) 
 
 func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, en syscall.Errno) {
 	defer n.m.stats.done("read", time.Now(), &en)
-	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), dest, uint64(off))
+	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), n.StableAttr().Gen, dest, uint64(off))
 	if err != nil {
 		return nil, n.errno("read", err)
 	}
@@ -65,7 +65,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	defer n.m.stats.done("write", time.Now(), &en)
 	h, _ := f.(*handle)
 	appendMode := h != nil && h.appendMode
-	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), data, uint64(off), appendMode)
+	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), n.StableAttr().Gen, data, uint64(off), appendMode)
 	if err != nil && c == 0 {
 		return 0, n.errno("write", err)
 	}

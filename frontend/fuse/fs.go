@@ -45,9 +45,11 @@ type FileSystem interface {
 	Open(ctx context.Context, ino, gen uint64) error
 	Hold(ino uint64)                                                         // the kernel learned ino: keep it (even unlinked) until Release
 	Release(ctx context.Context, ino uint64)                                 // one Open or Hold ended
-	Read(ctx context.Context, ino uint64, p []byte, off uint64) (int, error) // short only at EOF
+	// Read and Write take the generation the kernel knows (0: any): a freed
+	// inode, or its number reused by a newer file, is ErrStale.
+	Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (int, error) // short only at EOF
 	// Write writes p at off; appendMode: write at the current end of file, whatever off says.
-	Write(ctx context.Context, ino uint64, p []byte, off uint64, appendMode bool) (n int, err error)
+	Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (n int, err error)
 	Fsync(ctx context.Context, ino uint64, dataOnly bool) error
 	Fallocate(ctx context.Context, ino uint64, off, length uint64, mode uint32) error
 	// ReadDir returns up to max entries with cookies > after, in cookie

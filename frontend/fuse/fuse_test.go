@@ -261,7 +261,7 @@ func TestAppend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fsys.Write(t.Context(), a.Ino, []byte("other\n"), 0, true)
+	fsys.Write(t.Context(), a.Ino, 0, []byte("other\n"), 0, true)
 	f.WriteString("two\n")
 	// A plain fd writing at offset 0 must not be treated as appending.
 	g, err := os.OpenFile(p, os.O_WRONLY, 0)

@@ -473,12 +473,15 @@ func (f *memFS) Release(_ context.Context, ino uint64) {
 	}
 }
 
-func (f *memFS) Read(_ context.Context, ino uint64, p []byte, off uint64) (int, error) {
+func (f *memFS) Read(_ context.Context, ino, gen uint64, p []byte, off uint64) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, err := f.get(ino)
 	if err != nil {
 		return 0, err
+	}
+	if gen != 0 && in.attr.Gen != gen {
+		return 0, filesys.ErrStale
 	}
 	if off >= uint64(len(in.data)) {
 		return 0, nil
@@ -486,12 +489,15 @@ func (f *memFS) Read(_ context.Context, ino uint64, p []byte, off uint64) (int, 
 	return copy(p, in.data[off:]), nil
 }
 
-func (f *memFS) Write(_ context.Context, ino uint64, p []byte, off uint64, appendMode bool) (int, error) {
+func (f *memFS) Write(_ context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, err := f.get(ino)
 	if err != nil {
 		return 0, err
+	}
+	if gen != 0 && in.attr.Gen != gen {
+		return 0, filesys.ErrStale
 	}
 	if appendMode {
 		off = uint64(len(in.data))
