@@ -99,6 +99,9 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		if err := fs.toExtent(ctx, ino, in); err != nil {
 			return 0, err
 		}
+		if err := fs.exposeTail(ctx, ino, in, off); err != nil {
+			return 0, err
+		}
 		fs.data.write(ctx, ino, p, off)
 		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
 	}
@@ -137,9 +140,12 @@ func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error 
 	return nil
 }
 
-// truncate sets regular file ino's size. Bytes past the new end are
-// cleared on the volume before the size is logged, so a later extension
-// reads zeros even after a crash.
+// truncate sets regular file ino's size. Shrinking writes nothing to the
+// volume: the bytes between the size and the high-water mark (HWM) may be
+// stale, and are cleared only when a change makes them part of the file
+// again (exposeTail), before that change is logged. Clearing them at the
+// truncate instead would reach the volume before the smaller size is
+// logged: a crash between the two left the old size over zeros.
 func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size uint64) error {
 	if size > layout.ExtentBytes {
 		return fmt.Errorf("%w: size %d past the largest file", ErrFileTooBig, size)
@@ -158,14 +164,25 @@ func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size u
 			return err
 		}
 	}
-	if size < in.HWM {
-		if err := fs.zeroRange(ctx, ino, size, in.HWM); err != nil {
-			return err
-		}
-		in.HWM = size
+	if err := fs.exposeTail(ctx, ino, in, size); err != nil {
+		return err
 	}
 	in.Size = size
 	return nil
+}
+
+// exposeTail clears the stale bytes (see truncate) that growing extent
+// file ino to end would make part of the file: [Size, min(end, HWM)).
+// The truncate that left them stale must be durable first, or a crash
+// would bring its old size back over the zeros: the log is synced.
+func (fs *FS) exposeTail(ctx context.Context, ino uint64, in *layout.Inode, end uint64) error {
+	if end <= in.Size || in.Size >= in.HWM {
+		return nil
+	}
+	if err := fs.Sync(ctx); err != nil {
+		return err
+	}
+	return fs.zeroRange(ctx, ino, in.Size, min(end, in.HWM))
 }
 
 // zeroRange makes [from, to) of ino's extent read as zeros: the partial

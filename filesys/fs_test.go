@@ -162,3 +162,56 @@ func TestRecoveryReplaysLog(t *testing.T) {
 	}
 	b.Close(ctx)
 }
+
+// TestTruncateCrash: after a crash, a file truncated since its last fsync
+// is either as fsync'd or truncated, never its old size over zeros; and a
+// file grown again after a truncate reads zeros past the cut.
+func TestTruncateCrash(t *testing.T) {
+	ctx := context.Background()
+	dev := formatted(t)
+	a, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("0123456789"), 1000) // past the inline area
+	small, big := uint64(3000), uint64(len(data))
+	var files [2]Attr
+	for i := range files {
+		if files[i], err = a.Create(ctx, RootIno, fmt.Sprintf("f%d", i), 0o644, Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Write(ctx, files[i].Ino, 0, data, 0, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// f0: down and up again; f1: down only.
+	for _, size := range []uint64{small, big} {
+		if _, err := a.Setattr(ctx, files[0].Ino, SetAttr{Size: &size}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make([]byte, len(data))
+	want := append(append([]byte(nil), data[:small]...), make([]byte, big-small)...)
+	if n, err := a.Read(ctx, files[0].Ino, 0, got, 0); err != nil || n != len(data) || !bytes.Equal(got, want) {
+		t.Fatalf("after truncate down and up: %d bytes, %v; want the first %d then zeros", n, err, small)
+	}
+	if _, err := a.Setattr(ctx, files[1].Ino, SetAttr{Size: &small}); err != nil {
+		t.Fatal(err)
+	}
+	// Crash: the last truncate never reached the log.
+	close(a.stop)
+	a.flusher.Wait()
+	b := openSolo(t, dev, "b")
+	defer b.Close(ctx)
+	if err := b.Recover(ctx, "v", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.cache = newCache()
+	n, err := b.Read(ctx, files[1].Ino, 0, got, 0)
+	if err != nil || !(n == len(data) && bytes.Equal(got[:n], data) || n == int(small) && bytes.Equal(got[:n], data[:small])) {
+		t.Fatalf("truncated file after the crash: %d bytes, %v; want %d or %d bytes of what was written", n, err, len(data), small)
+	}
+}
