@@ -115,14 +115,7 @@ func TestInodeLockPrefetch(t *testing.T) {
 // the group this create holds) is passed over instead of waited for.
 func TestAllocPassesOverABusyInode(t *testing.T) {
 	ctx := context.Background()
-	dev := newMemDevice()
-	if _, err := Format(ctx, dev, false, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs := openSolo(t, formatted(t), "p")
 	defer fs.Close(ctx)
 	a, err := fs.Create(ctx, RootIno, "a", 0o644, Caller{}, true)
 	if err != nil {
@@ -152,14 +145,7 @@ func TestAllocPassesOverABusyInode(t *testing.T) {
 // freed file whose number a new file took is ErrStale, not the new file.
 func TestReadWriteCheckGeneration(t *testing.T) {
 	ctx := context.Background()
-	dev := newMemDevice()
-	if _, err := Format(ctx, dev, false, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs := openSolo(t, formatted(t), "p")
 	defer fs.Close(ctx)
 	old, err := fs.Create(ctx, RootIno, "old", 0o644, Caller{}, true)
 	if err != nil {
