@@ -74,6 +74,7 @@ func TestDockerCluster(t *testing.T) {
 		return b != nil && b.State == "down" && v != nil && v.DegradedPGs > 0 && v.DegradedChunks > 0 && !coordUp(st, victim), summary(st, volumeName)
 	})
 	t.Logf("with %s down: %s", victim, summary(st, volumeName))
+	c.waitDashboard(30*time.Second, st.Leader, victim, "down")
 	within(t, 2*time.Minute, "wrote 6 more files and read everything after the map change", func() error {
 		if err := w.write("degraded", 6); err != nil {
 			return err

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +39,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/dashboard"
 )
 
 const (
@@ -290,6 +292,40 @@ func (c *cluster) status() (*coord.Status, error) {
 		return nil, fmt.Errorf("status --json: version %d, want %d", st.Version, coord.StatusVersion)
 	}
 	return &st, nil
+}
+
+// waitDashboard polls the dashboard's view (/api/view on node's
+// --metrics-listen, port 7080) until it shows brick in state.
+func (c *cluster) waitDashboard(timeout time.Duration, node, brick, state string) {
+	c.t.Helper()
+	url := fmt.Sprintf("http://%s.%d:7080/api/view", c.net, 10+int(node[1]-'0'))
+	cl := &http.Client{Timeout: 5 * time.Second}
+	last := ""
+	for deadline := time.Now().Add(timeout); ; {
+		var v dashboard.View
+		resp, err := cl.Get(url)
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
+		}
+		if err == nil {
+			for _, b := range v.Bricks {
+				if b.Name == brick {
+					last = b.State
+				}
+			}
+			if last == state {
+				c.logf("dashboard at %s shows %s %s", url, brick, state)
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("dashboard at %s: brick %s not %s after %v (last: %s)", url, brick, state, timeout, last)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // waitStatus polls status until cond holds and returns that status.
