@@ -14,7 +14,8 @@ import (
 // of waiting for each write's round trip. What still holds:
 //   - Ordered data: the redo log writes a batch only after every data write
 //     issued before it has finished (redo.Options.BeforeWrite), so no record
-//     that makes bytes visible (a larger size) is durable before them.
+//     that makes bytes visible (a larger size) is durable before them; a
+//     data write that failed stops the log (and the node) instead.
 //   - Read-your-writes on this node: Read waits for the inode's writes.
 //   - Other nodes: a revoke of the inode's lock waits for them first.
 //   - fsync waits for the inode's writes and reports the first that failed
