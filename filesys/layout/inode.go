@@ -18,7 +18,10 @@ import (
 //
 // mode 0 means the inode is free (its group bit is clear too). hwm is the
 // extent's high-water mark: no byte of the extent at or beyond it was ever
-// written, so an inode being reused decommits [0, hwm) first. gen is bumped
+// written, so an inode being reused decommits [0, hwm) first. Bytes in
+// [size, hwm) may be stale: a truncate only lowers size, and the file
+// system clears that range when the file grows over it again, after the
+// truncate is durable (filesys/file.go, exposeTail). gen is bumped
 // on every reuse of the number. parent is a directory's parent directory
 // (its ".."; 0 for other types). The inline area holds, by type: a regular
 // file's bytes while they fit (flag FlagInline), a symlink's target, or a
