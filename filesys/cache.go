@@ -77,9 +77,10 @@ func (fs *FS) load(ctx context.Context, addr, lockID uint64) ([]byte, error) {
 // tx gathers the block changes of one operation; commit logs them as one
 // redo record and installs them in the cache.
 type tx struct {
-	fs     *FS
-	ctx    context.Context
-	staged map[uint64]*stage
+	fs      *FS
+	ctx     context.Context
+	staged  map[uint64]*stage
+	orphans []orphanChange // changes to this node's orphan table (orphans.go)
 }
 
 type stage struct {
@@ -115,8 +116,15 @@ func (t *tx) write(addr, lockID uint64) ([]byte, error) {
 
 // commit appends the transaction's changes to the log (not waiting for
 // them to be durable) and installs them in the cache.
-func (t *tx) commit() error {
+func (t *tx) commit() (err error) {
 	fs := t.fs
+	if len(t.orphans) > 0 {
+		done, err := fs.stageOrphans(t)
+		if err != nil {
+			return err
+		}
+		defer func() { done(err == nil) }()
+	}
 	addrs := make([]uint64, 0, len(t.staged))
 	for a := range t.staged {
 		addrs = append(addrs, a)

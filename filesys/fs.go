@@ -84,16 +84,19 @@ type FS struct {
 
 	mu struct {
 		sync.Mutex
-		failed     error           // sticky: lease lost, fenced, log failed
-		opens      map[uint64]int  // local opens and holds (kernel references) by inode
-		orphans    map[uint64]bool // unlinked while open or held here: freed on last Release
+		failed     error             // sticky: lease lost, fenced, log failed
+		opens      map[uint64]int    // local opens and holds (kernel references) by inode
+		orphans    map[uint64]uint64 // unlinked while open or held here, with their generation: freed on last Release
 		invalidate func(ino uint64, dir bool, name string)
 		statfs     statfsCache
 	}
-	flocks  *fileLocks
-	stop    chan struct{}
-	flusher sync.WaitGroup
-	pressed chan struct{} // capacity 1: the log asks for write-back
+	flocks    *fileLocks
+	orph      orphanTable // this node's slot's orphan table (orphans.go)
+	janitorMu sync.Mutex  // one pass over recovered slots at a time
+	kick      chan struct{}
+	stop      chan struct{}
+	flusher   sync.WaitGroup
+	pressed   chan struct{} // capacity 1: the log asks for write-back
 }
 
 // Lock ids within the volume's table. Ids below inodeLockBase are global
@@ -129,9 +132,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		cfg.FlushInterval = time.Second
 	}
 	fs := &FS{cfg: cfg, log: cfg.Logger, cache: newCache(), locks: newLocalLocks(), flocks: newFileLocks(),
-		stop: make(chan struct{}), pressed: make(chan struct{}, 1), stats: newStats(cfg.Registerer, cfg.Table)}
+		stop: make(chan struct{}), pressed: make(chan struct{}, 1), kick: make(chan struct{}, 1), stats: newStats(cfg.Registerer, cfg.Table)}
 	fs.mu.opens = map[uint64]int{}
-	fs.mu.orphans = map[uint64]bool{}
+	fs.mu.orphans = map[uint64]uint64{}
 	b := make([]byte, layout.BlockBytes)
 	if err := cfg.Dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
 		return nil, fmt.Errorf("read superblock: %w", err)
@@ -153,6 +156,12 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	fs.flusher.Add(1)
 	go fs.flushLoop()
+	if err := fs.loadOwnTable(ctx); err != nil {
+		fs.Halt()
+		return nil, err
+	}
+	fs.flusher.Add(1)
+	go fs.janitorLoop()
 	return fs, nil
 }
 
@@ -185,6 +194,14 @@ func (fs *FS) Close(ctx context.Context) error {
 	}
 	fs.flusher.Wait()
 	fs.prefetch.wg.Wait()
+	if fs.failed() == nil {
+		// The last node to leave frees what crashed nodes left.
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		if err := fs.cleanRecovered(jctx); err != nil {
+			fs.log.Warn("unmount: the orphans of crashed nodes are left for the next node", "err", err)
+		}
+		cancel()
+	}
 	fs.freeOrphans(ctx)
 	fs.data.drain()
 	err := fs.writeBackAll(ctx)
@@ -194,7 +211,9 @@ func (fs *FS) Close(ctx context.Context) error {
 		fs.rlog.Close(ctx)
 	}
 	if err == nil {
-		err = fs.freeSlot(ctx, fs.slot, fs.cfg.ID, fs.cfg.Session)
+		// Orphans that could not be freed stay listed: the slot is left
+		// as recovered for another node's janitor.
+		err = fs.freeSlot(ctx, fs.slot, fs.cfg.ID, fs.cfg.Session, fs.orph.Len() > 0)
 	}
 	if err != nil {
 		return fmt.Errorf("unmount: %w", err)

@@ -72,7 +72,7 @@ func replaySlots(ctx context.Context, dev Device, dead string, session uint64, l
 	}
 	blocks := 0
 	for i, s := range slots {
-		if !s.Used || s.Name != dead || s.Session > session {
+		if !s.Used || s.Recovered || s.Name != dead || s.Session > session {
 			continue
 		}
 		n, err := ReplayLog(ctx, dev, i)
@@ -80,8 +80,19 @@ func replaySlots(ctx context.Context, dev Device, dead string, session uint64, l
 			return blocks, fmt.Errorf("replay log slot %d of %s: %w", i, dead, err)
 		}
 		blocks += n
-		log.Info("recovered a dead node's log", "node", dead, "session", s.Session, "slot", i, "blocks", n)
-		if err := dev.WriteAt(ctx, layout.EncodeSlot(i, layout.Slot{}, vers[i]+1), layout.SlotAddr(i)); err != nil {
+		next := layout.Slot{}
+		orphans, err := orphanTableOf(ctx, dev, i)
+		switch {
+		case err != nil:
+			log.Error("the orphan table of a dead node does not decode: its orphans are left for fsck", "node", dead, "slot", i, "err", err)
+		case len(orphans) > 0:
+			// Freed through the normal locked path once the dead node's
+			// locks are released (orphans.go).
+			next = s
+			next.Recovered = true
+		}
+		log.Info("recovered a dead node's log", "node", dead, "session", s.Session, "slot", i, "blocks", n, "orphans", len(orphans))
+		if err := dev.WriteAt(ctx, layout.EncodeSlot(i, next, vers[i]+1), layout.SlotAddr(i)); err != nil {
 			return blocks, fmt.Errorf("free log slot %d: %w", i, err)
 		}
 	}

@@ -89,7 +89,7 @@ func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino 
 	pin.Mtime, pin.Ctime = now, now
 	cin.Ctime = now
 	o.mark(parent)
-	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(ino)) {
+	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(t, ino, cin.Gen)) {
 		o.mark(ino)
 	} else {
 		delete(o.m, ino)
@@ -104,13 +104,15 @@ func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino 
 	return freed, hwm, false, t.commit()
 }
 
-// keepOrphan reports whether ino is open or held here; if so it is freed
-// on its last Release instead of now.
-func (fs *FS) keepOrphan(ino uint64) bool {
+// keepOrphan reports whether ino (generation gen), whose last link t
+// removes, is open or held here; if so it is freed on its last Release
+// instead of now, and t lists it in this node's orphan table.
+func (fs *FS) keepOrphan(t *tx, ino, gen uint64) bool {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.mu.opens[ino] > 0 {
-		fs.mu.orphans[ino] = true
+		fs.mu.orphans[ino] = gen
+		t.orphanAdd(ino, gen)
 		return true
 	}
 	return false
@@ -153,14 +155,15 @@ func (fs *FS) Release(ctx context.Context, ino uint64) {
 	fs.mu.Lock()
 	fs.mu.opens[ino]--
 	last := fs.mu.opens[ino] <= 0
-	orphan := last && fs.mu.orphans[ino]
+	gen, orphan := fs.mu.orphans[ino]
+	orphan = orphan && last
 	if last {
 		delete(fs.mu.opens, ino)
 		delete(fs.mu.orphans, ino)
 	}
 	fs.mu.Unlock()
 	if orphan {
-		fs.freeOrphan(ctx, ino)
+		fs.freeOrphan(ctx, ino, gen)
 	}
 }
 
@@ -168,21 +171,20 @@ func (fs *FS) Release(ctx context.Context, ino uint64) {
 // kernel need not forget its inodes first).
 func (fs *FS) freeOrphans(ctx context.Context) {
 	fs.mu.Lock()
-	var inos []uint64
-	for ino := range fs.mu.orphans {
-		inos = append(inos, ino)
-	}
-	clear(fs.mu.orphans)
+	orphans := fs.mu.orphans
+	fs.mu.orphans = map[uint64]uint64{}
 	clear(fs.mu.opens)
 	fs.mu.Unlock()
-	for _, ino := range inos {
-		fs.freeOrphan(ctx, ino)
+	for ino, gen := range orphans {
+		fs.freeOrphan(ctx, ino, gen)
 	}
 }
 
-// freeOrphan frees ino if it is still unlinked. A failure only leaks the
-// inode until fsck frees it, so it is logged, not returned.
-func (fs *FS) freeOrphan(ctx context.Context, ino uint64) {
+// freeOrphan frees ino if it is still the unlinked file of generation gen,
+// and clears its entry in this node's orphan table. A failure leaves the
+// entry: the inode is freed when this node's slot is next recovered or
+// claimed (or by fsck), so it is logged, not returned.
+func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino))))
 	if err != nil {
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
@@ -190,14 +192,20 @@ func (fs *FS) freeOrphan(ctx context.Context, ino uint64) {
 	}
 	t := fs.newTx(ctx)
 	in, err := t.inode(ino)
+	if errors.Is(err, ErrNotFound) {
+		err = nil // freed already: only the entry is left
+	}
 	var hwm uint64
 	freed := false
-	if err == nil && in.Nlink == 0 {
+	if err == nil && in != nil && in.Nlink == 0 && in.Gen == gen {
 		hwm = in.HWM
-		if err = fs.freeInode(t, ino, in); err == nil {
-			err = t.commit()
-			freed = err == nil
-		}
+		err = fs.freeInode(t, ino, in)
+		freed = err == nil
+	}
+	if err == nil {
+		t.orphanDel(ino)
+		err = t.commit()
+		freed = freed && err == nil
 	}
 	h.release()
 	if err != nil {

@@ -169,7 +169,7 @@ func (fs *FS) renameLocked(ctx context.Context, sd uint64, sname string, srcIno,
 			} else {
 				din.Nlink--
 			}
-			if din.Nlink == 0 && (isDir(din) || !fs.keepOrphan(dstIno)) {
+			if din.Nlink == 0 && (isDir(din) || !fs.keepOrphan(t, dstIno, din.Gen)) {
 				delete(o.m, dstIno)
 				if err := fs.freeInode(t, dstIno, din); err != nil {
 					return false, 0, 0, err

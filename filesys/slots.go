@@ -63,8 +63,9 @@ func (fs *FS) claimSlot(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("%w: all %d log slots are in use (unmount or recover other nodes first)", ErrNoSpace, layout.SlotsMax)
 }
 
-// freeSlot marks slot i free if it still belongs to (name, session).
-func (fs *FS) freeSlot(ctx context.Context, i int, name string, session uint64) error {
+// freeSlot marks slot i free if it still belongs to (name, session), or
+// only recovered if its orphan table still lists orphans.
+func (fs *FS) freeSlot(ctx context.Context, i int, name string, session uint64, orphans bool) error {
 	h, err := fs.acquire(ctx, w(slotTableLock))
 	if err != nil {
 		return err
@@ -77,7 +78,12 @@ func (fs *FS) freeSlot(ctx context.Context, i int, name string, session uint64) 
 	if s := slots[i]; !s.Used || s.Name != name || s.Session != session {
 		return nil
 	}
-	if err := fs.cfg.Dev.WriteAt(ctx, layout.EncodeSlot(i, layout.Slot{}, vers[i]+1), layout.SlotAddr(i)); err != nil {
+	s := layout.Slot{}
+	if orphans {
+		s = slots[i]
+		s.Recovered = true
+	}
+	if err := fs.cfg.Dev.WriteAt(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
 		return fs.ioError("free log slot", layout.SlotAddr(i), err)
 	}
 	return nil

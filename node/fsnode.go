@@ -88,7 +88,17 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		OnRecover: func(table, dead string, s uint64) error {
 			// Not through n.FS: recovery must not wait for this node's
 			// mount, which may wait for the dead node's locks.
-			return filesys.RecoverLog(runCtx, vol, dead, s, filesys.RecoverOptions{Logger: log, Volume: table, Registerer: opts.Registerer})
+			err := filesys.RecoverLog(runCtx, vol, dead, s, filesys.RecoverOptions{Logger: log, Volume: table, Registerer: opts.Registerer})
+			if err == nil {
+				// The dead node's orphans are freed once its locks are
+				// released, which follows this callback.
+				go func() {
+					if f := fsys(); f != nil {
+						f.KickJanitor()
+					}
+				}()
+			}
+			return err
 		},
 		OnLeaseLost: func() {
 			if f := fsys(); f != nil {

@@ -7,9 +7,11 @@
 // What it checks, in order:
 //
 //   - the superblock decodes (otherwise Check fails);
-//   - no log slot is in use (a node holds the volume or crashed); Repair
-//     replays the slot's log (filesys.ReplayLog) and frees the slot, as
-//     recovery would;
+//   - no log slot is in use (a node holds the volume or crashed), nor left
+//     recovered with orphans to free (no node mounted since); Repair
+//     replays the slot's log (filesys.ReplayLog), clears its orphan table
+//     (the orphans are freed below: they are unreachable) and frees the
+//     slot;
 //   - every resource group block decodes, belongs where it is, and its used
 //     count matches its bitmap (Repair: the count is recomputed);
 //   - every allocated inode's block decodes and belongs where it is; a
@@ -252,20 +254,57 @@ func (c *checker) checkSlots(super layout.Super) error {
 		if !s.Used || s.UUID != super.UUID {
 			continue // free, or left by an earlier format of the volume
 		}
-		p := c.problem("log slot %d is in use by node %q (session %d): the volume is mounted or that node crashed without recovery", i, s.Name, s.Session)
+		var p int
+		if s.Recovered {
+			p = c.problem("log slot %d of crashed node %q (session %d) was recovered, but the orphans it lists are not freed yet: a mounted node frees them", i, s.Name, s.Session)
+		} else {
+			p = c.problem("log slot %d is in use by node %q (session %d): the volume is mounted or that node crashed without recovery", i, s.Name, s.Session)
+		}
 		if !c.opts.Repair {
 			continue
 		}
-		n, err := filesys.ReplayLog(c.ctx, c.dev, i)
+		n := 0
+		if !s.Recovered {
+			if n, err = filesys.ReplayLog(c.ctx, c.dev, i); err != nil {
+				return fmt.Errorf("replay log slot %d of %q: %w", i, s.Name, err)
+			}
+		}
+		cleared, err := c.clearOrphanTable(i)
 		if err != nil {
-			return fmt.Errorf("replay log slot %d of %q: %w", i, s.Name, err)
+			return err
 		}
 		if err := c.dev.WriteAt(c.ctx, layout.EncodeSlot(i, layout.Slot{}, v+1), layout.SlotAddr(i)); err != nil {
 			return fmt.Errorf("free log slot %d: %w", i, err)
 		}
-		c.repaired(p, fmt.Sprintf("replayed its log (%d blocks written) and freed the slot", n))
+		c.repaired(p, fmt.Sprintf("replayed its log (%d blocks written), cleared its orphan table (%d entries) and freed the slot", n, cleared))
 	}
 	return nil
+}
+
+// clearOrphanTable empties slot i's orphan table in place (with bumped
+// versions) and returns how many entries it held. The inodes it named are
+// unreachable: settle frees them.
+func (c *checker) clearOrphanTable(i int) (int, error) {
+	buf := make([]byte, layout.OrphanBlocks*layout.BlockBytes)
+	if err := c.dev.ReadAt(c.ctx, buf, layout.OrphanAddr(i, 0)); err != nil {
+		return 0, fmt.Errorf("read the orphan table of log slot %d: %w", i, err)
+	}
+	n := 0
+	for k := range layout.OrphanBlocks {
+		b := buf[k*layout.BlockBytes : (k+1)*layout.BlockBytes]
+		es, err := layout.DecodeOrphans(b, i, k)
+		h, _ := layout.DecodeHeader(b)
+		if err == nil && len(es) == 0 {
+			continue
+		}
+		n += len(es)
+		empty := make([]byte, layout.BlockBytes)
+		layout.PutHeader(empty, layout.Header{Kind: layout.KindOrphan, Version: h.Version + 1, Index: uint64(i*layout.OrphanBlocks + k)})
+		if err := c.dev.WriteAt(c.ctx, empty, layout.OrphanAddr(i, k)); err != nil {
+			return n, fmt.Errorf("clear block %d of the orphan table of log slot %d: %w", k, i, err)
+		}
+	}
+	return n, nil
 }
 
 // ---- resource groups ----

@@ -509,3 +509,49 @@ func TestOrphanFreedAtUnmount(t *testing.T) {
 	}
 	expectClean(t, check(t, tr.dev, false))
 }
+
+// TestOrphanFreedAfterRecovery: a crashed node's orphans survive in its
+// log slot's orphan table. Recovery replays the log and leaves the slot
+// marked recovered (fsck reports it); the next node to mount frees them
+// and the slot, and fsck finds a clean volume.
+func TestOrphanFreedAfterRecovery(t *testing.T) {
+	ctx := context.Background()
+	tr := build(t)
+	fs := openFS(t, tr.dev, "o", time.Hour)
+	var orphans []filesys.Attr
+	for i := range 3 {
+		a := must(fs.Create(ctx, filesys.RootIno, fmt.Sprintf("orphan%d", i), 0o644, filesys.Caller{}, true))
+		must(fs.Write(ctx, a.Ino, 0, bytes.Repeat([]byte("y"), 9000), 0, false))
+		if err := fs.Open(ctx, a.Ino, a.Gen); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Unlink(ctx, filesys.RootIno, fmt.Sprintf("orphan%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		orphans = append(orphans, a)
+	}
+	fs.Release(ctx, orphans[0].Ino) // freed now: its entry is cleared
+	if err := fs.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fs.Halt()
+	if err := filesys.RecoverLog(ctx, tr.dev, "o", 1, filesys.RecoverOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rep := check(t, tr.dev, false)
+	if !slices.ContainsFunc(rep.Problems, func(p Problem) bool { return strings.Contains(p.What, "was recovered, but the orphans") }) {
+		t.Fatalf("recovered slot not reported:\n%s", lines(rep))
+	}
+	p := openFS(t, tr.dev, "p", 0)
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectClean(t, check(t, tr.dev, false))
+	for _, a := range orphans {
+		b := readBlock(t, tr.dev, layout.InodeAddr(a.Ino))
+		if in, _, err := layout.DecodeInode(b, a.Ino); err != nil || !in.Free() {
+			t.Fatalf("orphan %d: %+v %v", a.Ino, in, err)
+		}
+	}
+	tr.verify(t)
+}

@@ -30,12 +30,13 @@ const (
 type Kind uint8
 
 const (
-	KindNone  Kind = iota // never written
-	KindSuper             // the superblock
-	KindSlot              // a log slot header
-	KindRG                // a resource group header
-	KindInode             // an inode
-	KindDir               // a block of a directory's hash table
+	KindNone   Kind = iota // never written
+	KindSuper              // the superblock
+	KindSlot               // a log slot header
+	KindRG                 // a resource group header
+	KindInode              // an inode
+	KindDir                // a block of a directory's hash table
+	KindOrphan             // a block of a log slot's orphan table
 	kindEnd
 )
 
@@ -53,6 +54,8 @@ func (k Kind) String() string {
 		return "inode"
 	case KindDir:
 		return "dir"
+	case KindOrphan:
+		return "orphan"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -93,6 +93,10 @@ func FuzzDecodeBlocks(f *testing.F) {
 	rb := make([]byte, BlockBytes)
 	r.Encode(rb, 0, 1)
 	f.Add(rb, uint64(0))
+	ob := make([]byte, BlockBytes)
+	_, off := OrphanPos(3, 5)
+	PutOrphan(ob, 3, 0, off, 42, 7)
+	f.Add(ob, uint64(3))
 	f.Fuzz(func(t *testing.T, data []byte, ino uint64) {
 		blk := make([]byte, BlockBytes)
 		copy(blk, data)
@@ -108,6 +112,13 @@ func FuzzDecodeBlocks(f *testing.F) {
 		}
 		_, _ = DecodeSuper(blk)
 		_, _, _ = DecodeSlot(blk)
+		if es, err := DecodeOrphans(blk, int(ino%SlotsMax), int(ino%OrphanBlocks)); err == nil {
+			for _, e := range es {
+				if !ValidIno(e.Ino) || e.N >= OrphansMax {
+					t.Fatalf("orphan entry %+v decoded", e)
+				}
+			}
+		}
 		if g, err := DecodeRG(blk, int(ino%RGsMax)); err == nil {
 			out := make([]byte, BlockBytes)
 			g.Encode(out, int(ino%RGsMax), 1)
@@ -117,4 +128,38 @@ func FuzzDecodeBlocks(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestOrphanTable(t *testing.T) {
+	buf := make([]byte, OrphanBlocks*BlockBytes)
+	if es, err := DecodeOrphanTable(buf, 9); err != nil || len(es) != 0 {
+		t.Fatalf("never-written table: %v %v", es, err)
+	}
+	want := []Orphan{{N: 0, Ino: 5, Gen: 1}, {N: OrphansPerBlock + 1, Ino: 77, Gen: 3}, {N: OrphansMax - 1, Ino: InodesMax - 1, Gen: 9}}
+	for _, o := range want {
+		addr, off := OrphanPos(9, o.N)
+		k := int(addr-OrphanAddr(9, 0)) / BlockBytes
+		PutOrphan(buf[k*BlockBytes:(k+1)*BlockBytes], 9, k, off, o.Ino, o.Gen)
+	}
+	got, err := DecodeOrphanTable(buf, 9)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("table: got %+v %v, want %+v", got, err, want)
+	}
+	addr, off := OrphanPos(9, OrphansPerBlock+1)
+	k := int(addr-OrphanAddr(9, 0)) / BlockBytes
+	PutOrphan(buf[k*BlockBytes:(k+1)*BlockBytes], 9, k, off, 0, 0)
+	if got, _ := DecodeOrphanTable(buf, 9); len(got) != 2 {
+		t.Fatalf("cleared entry still listed: %+v", got)
+	}
+	if _, err := DecodeOrphanTable(buf, 10); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("slot 9's table read as slot 10's: %v", err)
+	}
+	if OrphanAddr(SlotsMax-1, OrphanBlocks-1) >= LogBase || OrphanAddr(0, 0) < SlotBase+SlotsMax*BlockBytes {
+		t.Fatal("orphan tables overlap the slot headers or the logs")
+	}
+	s := Slot{Used: true, Recovered: true, Session: 4, Name: "n"}
+	got2, _, err := DecodeSlot(EncodeSlot(1, s, 2))
+	if err != nil || got2 != s {
+		t.Fatalf("recovered slot: %+v %v", got2, err)
+	}
 }

@@ -1,0 +1,86 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/fsck"
+	"github.com/plumeria-fs/plumeria/volume"
+)
+
+// TestFSCrashFreesOrphans: files a node unlinked (or renamed over) while
+// they were open are freed after it crashes: its orphan table survives in
+// its log, recovery marks its slot recovered, and the surviving node's
+// janitor frees them. fsck then finds a clean volume.
+func TestFSCrashFreesOrphans(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	tc := newFSCluster(t)
+	ctx := context.Background()
+	a, b := tc.mountFS("a"), tc.mountFS("b")
+	var inos []filesys.Attr
+	for i := range 6 {
+		f, err := a.FS.Create(ctx, filesys.RootIno, fmt.Sprintf("f%d", i), 0o644, filesys.Caller{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.FS.Write(ctx, f.Ino, 0, []byte("data of an orphan"), 0, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.FS.Open(ctx, f.Ino, f.Gen); err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, f)
+	}
+	for i := range 3 {
+		if err := a.FS.Unlink(ctx, filesys.RootIno, fmt.Sprintf("f%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// f4 replaces f3: f3 becomes an orphan too.
+	if err := a.FS.Rename(ctx, filesys.RootIno, "f4", filesys.RootIno, "f3", 0); err != nil {
+		t.Fatal(err)
+	}
+	// f0 is closed: freed at once, its entry cleared.
+	a.FS.Release(ctx, inos[0].Ino)
+	if err := a.FS.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed := gathered(t, "plumeria_fs_orphans_freed_total", "volume", "fs")
+	a.Crash()
+	if _, _, err := b.FS.ReadDir(ctx, filesys.RootIno, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	// b's janitor frees f1, f2 and f3 once a's locks are released.
+	deadline := time.Now().Add(60 * time.Second)
+	for gathered(t, "plumeria_fs_orphans_freed_total", "volume", "fs") < freed+3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("orphans freed: %v, want %v", gathered(t, "plumeria_fs_orphans_freed_total", "volume", "fs"), freed+3)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	for _, f := range inos[1:4] {
+		if err := b.FS.Open(ctx, f.Ino, f.Gen); err == nil {
+			t.Fatalf("orphan %d still opens", f.Ino)
+		}
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vol, err := volume.Open(ctx, tc.cl, "fs", volume.Options{Writer: "fsck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vol.Close()
+	rep, err := fsck.Check(ctx, vol, fsck.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("fsck after the crash: %v", rep.Problems)
+	}
+}
