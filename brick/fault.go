@@ -31,18 +31,25 @@ type fault struct {
 func (s *Server) markFault(k pgKey, since uint64, failed []string) {
 	s.pgMu.Lock()
 	cur := s.pgFault[k]
-	fresh := len(cur) == 0
 	for _, b := range failed {
 		if !slices.Contains(cur, fault{b, since}) {
 			cur = append(cur, fault{b, since})
 		}
 	}
 	s.pgFault[k] = cur
+	s.startReportLocked(k)
 	s.pgMu.Unlock()
-	if fresh {
-		s.wg.Add(1)
-		go s.reportFault(k)
+}
+
+// startReportLocked starts reporting k's fault unless that runs already.
+// The caller holds pgMu.
+func (s *Server) startReportLocked(k pgKey) {
+	if s.pgFaultReporting[k] {
+		return
 	}
+	s.pgFaultReporting[k] = true
+	s.wg.Add(1)
+	go s.reportFault(k)
 }
 
 // faultResolved reports whether every failed member of k is syncing or no
@@ -75,9 +82,16 @@ func (s *Server) faultResolved(m *clustermap.Map, k pgKey) ([]string, bool) {
 	return names, false
 }
 
-// checkFault refuses requests of a faulty PG under the serving map m.
+// checkFault refuses requests of a faulty PG under the serving map m. A
+// fault recorded while this brick led the PG, and still unresolved now that
+// it leads it again, is reported again: its member must be resynced before
+// the PG serves (reporting stopped when this brick stopped leading).
 func (s *Server) checkFault(m *clustermap.Map, v *clustermap.Volume, pg uint32) error {
-	if left, ok := s.faultResolved(m, pgKey{v.ID, pg}); !ok {
+	k := pgKey{v.ID, pg}
+	if left, ok := s.faultResolved(m, k); !ok {
+		s.pgMu.Lock()
+		s.startReportLocked(k)
+		s.pgMu.Unlock()
 		return status.Errorf(codes.Unavailable, "volume %s pg %d: replicas %v missed a change and are being resynced; retry", v.Name, pg, left)
 	}
 	return nil
@@ -87,6 +101,11 @@ func (s *Server) checkFault(m *clustermap.Map, v *clustermap.Volume, pg uint32) 
 // until the serving map shows they are (or this brick no longer leads).
 func (s *Server) reportFault(k pgKey) {
 	defer s.wg.Done()
+	defer func() {
+		s.pgMu.Lock()
+		delete(s.pgFaultReporting, k)
+		s.pgMu.Unlock()
+	}()
 	for {
 		m := s.serving.Load()
 		left, ok := s.faultResolved(m, k)
@@ -96,10 +115,7 @@ func (s *Server) reportFault(k pgKey) {
 		}
 		for _, b := range left {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-				_, err := cl.ReplicaFailed(ctx, &pb.ReplicaFailedRequest{Vol: k.vol, Pg: k.pg, Brick: b, Primary: s.cfg.Name})
-				return err
-			})
+			err := s.replicaFailed(ctx, k, b)
 			cancel()
 			if err != nil {
 				s.log.Warn("report failed replica", "vol", k.vol, "pg", k.pg, "brick", b, "err", err)
@@ -111,4 +127,12 @@ func (s *Server) reportFault(k pgKey) {
 		case <-time.After(faultReportRetry):
 		}
 	}
+}
+
+// reportReplicaFailed asks the coordinator to mark brick syncing in k.
+func (s *Server) reportReplicaFailed(ctx context.Context, k pgKey, brick string) error {
+	return s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		_, err := cl.ReplicaFailed(ctx, &pb.ReplicaFailedRequest{Vol: k.vol, Pg: k.pg, Brick: brick, Primary: s.cfg.Name})
+		return err
+	})
 }

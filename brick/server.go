@@ -75,10 +75,12 @@ type Server struct {
 	lastSeq    atomic.Uint64
 	seqMu      sync.Mutex
 
-	pgMu    sync.Mutex
-	pgLock  map[pgKey]*sync.RWMutex // per-PG order: writes exclusive, reads shared
-	pgFault map[pgKey][]fault       // members that missed a change this primary applied
-	pgLead  map[pgKey]uint64        // map epoch at which the PG's primary last changed
+	pgMu             sync.Mutex
+	pgLock           map[pgKey]*sync.RWMutex                                // per-PG order: writes exclusive, reads shared
+	pgFault          map[pgKey][]fault                                      // members that missed a change this primary applied
+	pgFaultReporting map[pgKey]bool                                         // a reportFault goroutine runs for the PG
+	replicaFailed    func(ctx context.Context, k pgKey, brick string) error // reports to the coordinator (tests replace it)
+	pgLead           map[pgKey]uint64                                       // map epoch at which the PG's primary last changed
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -119,8 +121,9 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
 		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgLead: map[pgKey]uint64{},
-		pgFault: map[pgKey][]fault{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
+		pgFault: map[pgKey][]fault{}, pgFaultReporting: map[pgKey]bool{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
+	s.replicaFailed = s.reportReplicaFailed
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	s.latest.Store(&clustermap.Map{})
 	s.serving.Store(&clustermap.Map{})

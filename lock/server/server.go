@@ -228,10 +228,7 @@ func (l *loop) run(events <-chan lock.Message) error {
 			}
 		case <-tick.C:
 			due := int64(time.Since(start) / l.cfg.Tick)
-			// After a pause, tick once per elapsed interval. Fewer ticks
-			// only make the server slower to expire leases (the safe
-			// side), so a long pause is capped at a lease.
-			for n := min(due-ticked, int64(l.cfg.LeaseTicks)); n > 0; n-- {
+			for n := ticksToRun(due - ticked); n > 0; n-- {
 				l.core.Tick()
 			}
 			ticked = due
@@ -397,3 +394,23 @@ func (s *Server) submit(ctx context.Context, in input) error {
 		return status.Error(codes.Unavailable, "lock server stopped")
 	}
 }
+
+// ticksToRun is how many ticks the core gets when elapsed tick intervals
+// passed since the last ones it got. A late timer (a busy loop) is caught
+// up; a longer gap is a pause of this process (SIGSTOP, a VM freeze) and
+// counts as one tick. Catching a pause up would expire, at once, every
+// session whose renewals still sit unread in the inbox and the sockets,
+// and fence clerks that are alive; and the coordinator may have given this
+// server's groups to another meanwhile, which the event stream is about to
+// say. Fewer ticks only make the server slower to expire leases: the safe
+// side, since a clerk stops using its locks by its own clock.
+func ticksToRun(elapsed int64) int64 {
+	if elapsed > pauseTicks {
+		return 1
+	}
+	return max(elapsed, 0)
+}
+
+// pauseTicks is the longest gap between ticks that is caught up (2 s at
+// TickDefault: far above a late timer, far below a lease).
+const pauseTicks = 20

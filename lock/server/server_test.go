@@ -242,3 +242,16 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestTicksAfterPause: a late timer is caught up; a pause counts as one
+// tick, so that renewals queued meanwhile are read before any lease
+// expires.
+func TestTicksAfterPause(t *testing.T) {
+	for _, c := range []struct{ elapsed, want int64 }{
+		{0, 0}, {1, 1}, {3, 3}, {pauseTicks, pauseTicks}, {pauseTicks + 1, 1}, {600, 1}, {-2, 0},
+	} {
+		if got := ticksToRun(c.elapsed); got != c.want {
+			t.Errorf("ticksToRun(%d) = %d, want %d", c.elapsed, got, c.want)
+		}
+	}
+}
