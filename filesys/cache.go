@@ -343,19 +343,16 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 	}
 	c.mu.Unlock()
 	if err := fs.writeBack(ctx, blocks, wbRevoke); err != nil {
-		if fs.failed() != nil {
-			// A failed node cannot write back; its log will be replayed
-			// by the node that recovers it. Let the lock go.
-			to = lock.None
-		} else {
-			return err
-		}
+		// Never let a lock go over changes that are only in the log: the
+		// next holder would read the blocks without them. A failed node
+		// keeps the lock until its session ends (OnFail) and another
+		// node has replayed its log.
+		return err
 	}
 	if to == lock.None {
-		failed := fs.failed() != nil // dirty blocks of a failed node are replayed from its log
 		c.mu.Lock()
 		for a, b := range c.byLock[l] {
-			if !b.dirty || failed {
+			if !b.dirty {
 				delete(c.blocks, a)
 				delete(c.byLock[l], a)
 			}

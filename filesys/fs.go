@@ -65,6 +65,12 @@ type Config struct {
 	// Registerer receives the metrics (filesys/metrics.go), labelled with
 	// Table as the volume; nil means prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer
+	// OnFail, if set, is called once (on a goroutine of its own) when the
+	// file system stops: its lock session must end so that another node
+	// replays its log before anyone gets its locks (a failed node never
+	// gives up a lock whose changes are only in its log). Nil: the session
+	// ends when its lease runs out or the node remounts.
+	OnFail func(err error)
 }
 
 // FS is one node's file system. Safe for concurrent use.
@@ -85,6 +91,7 @@ type FS struct {
 	mu struct {
 		sync.Mutex
 		failed     error             // sticky: lease lost, fenced, log failed
+		halted     bool              // Halt: fail without OnFail
 		opens      map[uint64]int    // local opens and holds (kernel references) by inode
 		orphans    map[uint64]uint64 // unlinked while open or held here, with their generation: freed on last Release
 		invalidate func(ino uint64, dir bool, name string)
@@ -194,14 +201,19 @@ func (fs *FS) Close(ctx context.Context) error {
 	}
 	fs.flusher.Wait()
 	fs.prefetch.wg.Wait()
-	if fs.failed() == nil {
-		// The last node to leave frees what crashed nodes left.
-		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		if err := fs.cleanRecovered(jctx); err != nil {
-			fs.log.Warn("unmount: the orphans of crashed nodes are left for the next node", "err", err)
-		}
+	if err := fs.failed(); err != nil {
+		// Nothing more is written: the log is another node's to replay.
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs.rlog.Close(cctx)
 		cancel()
+		return fmt.Errorf("unmount: %w (the log is left for recovery)", err)
 	}
+	// The last node to leave frees what crashed nodes left.
+	jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	if err := fs.cleanRecovered(jctx); err != nil {
+		fs.log.Warn("unmount: the orphans of crashed nodes are left for the next node", "err", err)
+	}
+	cancel()
 	fs.freeOrphans(ctx)
 	fs.data.drain()
 	err := fs.writeBackAll(ctx)
@@ -252,6 +264,9 @@ func (fs *FS) fail(err error) error {
 	if fs.mu.failed == nil {
 		fs.log.Error("file system stops: remount needed", "err", err)
 		fs.mu.failed = err
+		if fs.cfg.OnFail != nil && !fs.mu.halted {
+			go fs.cfg.OnFail(err)
+		}
 	}
 	return fmt.Errorf("%w: %v", ErrIO, err)
 }
@@ -285,6 +300,9 @@ func hashString(s string) uint64 {
 // Halt stops the node at once without writing anything back, as a crash
 // would (for tests): its log is left for another node to replay.
 func (fs *FS) Halt() {
+	fs.mu.Lock()
+	fs.mu.halted = true // a crash ends nothing: the lease runs out
+	fs.mu.Unlock()
 	fs.fail(errors.New("halted"))
 	select {
 	case <-fs.stop:

@@ -125,7 +125,8 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		return fail(err)
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: vol, Locker: n.clerk, Table: name, ID: id, Session: session,
-		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer})
+		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
+		OnFail: n.endSession})
 	if err != nil {
 		return fail(fmt.Errorf("mount volume %s: %w", name, err))
 	}
@@ -190,4 +191,25 @@ func (n *FSNode) Crash() {
 	n.stop()
 	<-n.done
 	n.vol.Close()
+}
+
+// endSession ends the lock session of a node whose file system stopped
+// (a failed log or volume write, a lost lease): the clerk stops, so it
+// neither renews nor gives back a lock whose changes are only in the log,
+// and the coordinator fences the session at once, so that a lock server
+// has another node replay the log and only then frees the locks. Without
+// the fence that waits for the lease to run out.
+func (n *FSNode) endSession(cause error) {
+	n.stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := n.cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
+		_, err := cl.Fence(ctx, &pb.FenceRequest{Writer: n.ID, Epoch: n.Session + 1})
+		return err
+	})
+	if err != nil {
+		n.log.Warn("could not fence this node's failed session: it ends when its lease runs out", "session", n.Session, "err", coordclient.ErrorMessage(err))
+		return
+	}
+	n.log.Info("fenced this node's failed session: another node replays its log", "session", n.Session, "cause", cause)
 }
