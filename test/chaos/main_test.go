@@ -128,16 +128,16 @@ func needRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("chaos harness: skipped under -short (it runs real clusters for minutes)")
 	}
-	// Opt-in until the anomalies it finds are fixed (docs/status.md, issue
-	// E): `make chaos-short` and `make chaos` set it.
-	if os.Getenv("PLUMERIA_CHAOS") == "" && !long() {
-		t.Skip("chaos harness: opt-in (PLUMERIA_CHAOS=1, or make chaos-short / make chaos) until the anomalies listed in docs/status.md under issue E are fixed")
-	}
 	if os.Geteuid() != 0 {
 		t.Skip("chaos harness: needs root (network namespaces, iptables, FUSE mounts)")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("chaos harness: no /dev/fuse (make deps installs fuse3)")
+	}
+	for _, tool := range []string{"ip", "iptables", "tc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("chaos harness: no %s (make deps installs iproute2 and iptables)", tool)
+		}
 	}
 }
 
