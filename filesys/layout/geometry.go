@@ -7,6 +7,8 @@
 //
 //	0                  superblock (one block)
 //	1 MiB              log slot headers: slot i at SlotBase + i*4 KiB, 256 slots
+//	2 MiB              orphan tables: slot i's 64 blocks at OrphanBase + i*256 KiB
+//	                   (orphan.go; metadata: logged, versioned)
 //	1 GiB              log regions: slot i at LogBase + i*32 MiB
 //	16 GiB             resource group headers: group g at RGBase + g*4 KiB
 //	1 TiB              inodes: inode n at InodeBase + n*4 KiB (one block each)
