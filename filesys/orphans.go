@@ -345,20 +345,11 @@ func (fs *FS) cleanSlot(ctx context.Context, i int, s layout.Slot) error {
 	if err := fs.Sync(ctx); err != nil {
 		return err
 	}
-	h, err := fs.acquire(ctx, w(slotTableLock))
+	err = fs.rewriteSlot(ctx, i, func(cur layout.Slot) (layout.Slot, bool) {
+		return layout.Slot{}, cur == s // or another node did it
+	})
 	if err != nil {
 		return err
-	}
-	defer h.release()
-	slots, vers, err := fs.readSlots(ctx)
-	if err != nil {
-		return err
-	}
-	if slots[i] != s {
-		return nil // another node did it
-	}
-	if err := fs.cfg.Dev.WriteAt(ctx, layout.EncodeSlot(i, layout.Slot{}, vers[i]+1), layout.SlotAddr(i)); err != nil {
-		return fs.ioError("free log slot", layout.SlotAddr(i), err)
 	}
 	fs.log.Info("freed the orphans of a crashed node and its log slot", "node", s.Name, "session", s.Session, "slot", i, "orphans", len(es), "freed", freed)
 	return nil

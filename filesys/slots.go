@@ -66,6 +66,21 @@ func (fs *FS) claimSlot(ctx context.Context) (int, error) {
 // freeSlot marks slot i free if it still belongs to (name, session), or
 // only recovered if its orphan table still lists orphans.
 func (fs *FS) freeSlot(ctx context.Context, i int, name string, session uint64, orphans bool) error {
+	return fs.rewriteSlot(ctx, i, func(s layout.Slot) (layout.Slot, bool) {
+		if !s.Used || s.Name != name || s.Session != session {
+			return s, false
+		}
+		if orphans {
+			s.Recovered = true
+			return s, true
+		}
+		return layout.Slot{}, true
+	})
+}
+
+// rewriteSlot rewrites slot i's header as next says, under the slot table
+// lock; next sees the current header and may decline (false).
+func (fs *FS) rewriteSlot(ctx context.Context, i int, next func(layout.Slot) (layout.Slot, bool)) error {
 	h, err := fs.acquire(ctx, w(slotTableLock))
 	if err != nil {
 		return err
@@ -75,16 +90,12 @@ func (fs *FS) freeSlot(ctx context.Context, i int, name string, session uint64, 
 	if err != nil {
 		return err
 	}
-	if s := slots[i]; !s.Used || s.Name != name || s.Session != session {
+	s, ok := next(slots[i])
+	if !ok {
 		return nil
 	}
-	s := layout.Slot{}
-	if orphans {
-		s = slots[i]
-		s.Recovered = true
-	}
 	if err := fs.cfg.Dev.WriteAt(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
-		return fs.ioError("free log slot", layout.SlotAddr(i), err)
+		return fs.ioError("rewrite log slot header", layout.SlotAddr(i), err)
 	}
 	return nil
 }

@@ -126,3 +126,34 @@ func TestPosix(t *testing.T) {
 		"sparse: memFS keeps a file in one []byte (a 1 GiB allocation)",
 	}})
 }
+
+// TestReusedNumberIsStale: when another node frees a file the kernel still
+// holds and reuses its number for a newer file (a new generation), the
+// old file's fstat and reads fail with ESTALE; they never report the newer
+// file's size or bytes.
+func TestReusedNumberIsStale(t *testing.T) {
+	fsys, _, dir := mountMem(t, Options{})
+	p := filepath.Join(dir, "old")
+	if err := os.WriteFile(p, []byte("old bytes"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino := inoOf(t, p)
+	fsys.mu.Lock()
+	in := fsys.inodes[ino]
+	in.attr.Gen += 100 // what another node's free and reuse look like here
+	in.data = []byte("a newer file's bytes")
+	in.attr.Size = uint64(len(in.data))
+	fsys.mu.Unlock()
+	_, err = f.Stat()
+	wantErrno(t, "fstat of the old file", err, syscall.ESTALE)
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if err == nil || n > 0 {
+		t.Fatalf("read of the old file returned %q, %v", buf[:n], err)
+	}
+}

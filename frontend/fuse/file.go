@@ -14,7 +14,18 @@ import (
 
 // handle is one open(2) of a regular file (or anything but a directory).
 type handle struct {
-	appendMode bool // O_APPEND: every write goes to the end of the file
+	appendMode bool   // O_APPEND: every write goes to the end of the file
+	gen        uint64 // the generation opened: reads and writes of a newer file at the number fail
+}
+
+// genOf is the generation a request through f must find: the one f
+// opened (go-fuse may have swapped n for a newer file's node under the
+// same number meanwhile), else n's.
+func (n *node) genOf(f fs.FileHandle) uint64 {
+	if h, ok := f.(*handle); ok && h.gen != 0 {
+		return h.gen
+	}
+	return n.StableAttr().Gen
 }
 
 // fsyncDataOnly is FUSE_FSYNC_FDATASYNC in FSYNC's flags.
@@ -41,7 +52,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint3
 			return nil, 0, n.errno("open truncate", err)
 		}
 	}
-	return &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
+	return &handle{appendMode: flags&syscall.O_APPEND != 0, gen: n.StableAttr().Gen}, n.m.openFlags(), 0
 }
 
 // Release ends one Open or Create. Locks held through the handle were
@@ -52,9 +63,9 @@ func (n *node) Release(ctx context.Context, _ fs.FileHandle) (en syscall.Errno) 
 	return 0
 }
 
-func (n *node) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, en syscall.Errno) {
+func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, en syscall.Errno) {
 	defer n.m.stats.done("read", time.Now(), &en)
-	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), n.StableAttr().Gen, dest, uint64(off))
+	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), n.genOf(f), dest, uint64(off))
 	if err != nil {
 		return nil, n.errno("read", err)
 	}
@@ -65,7 +76,7 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	defer n.m.stats.done("write", time.Now(), &en)
 	h, _ := f.(*handle)
 	appendMode := h != nil && h.appendMode
-	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), n.StableAttr().Gen, data, uint64(off), appendMode)
+	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), n.genOf(f), data, uint64(off), appendMode)
 	if err != nil && c == 0 {
 		return 0, n.errno("write", err)
 	}

@@ -432,10 +432,8 @@ func TestLocks(t *testing.T) {
 	if err := unix.Flock(int(f2.Fd()), unix.LOCK_SH|unix.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		t.Errorf("shared flock against exclusive: %v", err)
 	}
-	f1.Close() // the last close drops f1's flock
-	if err := unix.Flock(int(f2.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		t.Errorf("flock f2 after f1 closed: %v", err)
-	}
+	f1.Close() // the last close drops f1's flock, with the RELEASE the kernel sends after close(2) returns
+	waitFor(t, "flock f2 after f1 closed", func() bool { return unix.Flock(int(f2.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil })
 	if err := unix.Flock(int(f2.Fd()), unix.LOCK_UN); err != nil {
 		t.Errorf("unlock: %v", err)
 	}

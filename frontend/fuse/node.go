@@ -115,11 +115,17 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *
 	return n.child(ctx, a, out), 0
 }
 
-func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) (en syscall.Errno) {
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) (en syscall.Errno) {
 	defer n.m.stats.done("getattr", time.Now(), &en)
 	a, err := n.m.fsys.Getattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return n.errno("getattr", err)
+	}
+	if g := n.genOf(f); g != 0 && a.Gen != g {
+		// The number names a newer file now (another node freed and
+		// reused it): its attributes are not this file's. The kernel
+		// would take its size and read or stat the wrong file.
+		return syscall.ESTALE
 	}
 	fillAttr(&out.Attr, a)
 	if isDir(a) {
@@ -179,7 +185,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(n.m.log, "create open", a.Ino, err)
 	}
 	ch := n.child(ctx, a, out)
-	return ch, &handle{appendMode: flags&syscall.O_APPEND != 0}, n.m.openFlags(), 0
+	return ch, &handle{appendMode: flags&syscall.O_APPEND != 0, gen: a.Gen}, n.m.openFlags(), 0
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
