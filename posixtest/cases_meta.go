@@ -403,7 +403,15 @@ func caseFlock(e *env) {
 	e.wantErr("flock(LOCK_EX|LOCK_NB) while another description holds LOCK_EX", f, unix.Flock(fd3, unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
 	unix.Close(fd2)
 	fd2 = -1
-	e.ok("flock(LOCK_EX|LOCK_NB) after the holder closed", f, unix.Flock(fd3, unix.LOCK_EX|unix.LOCK_NB))
+	// On FUSE a flock the file system serves is dropped by the RELEASE the
+	// kernel sends after close(2) has returned (FUSE_RELEASE_FLOCK_UNLOCK):
+	// allow it a moment (docs/status.md, issue C's known gaps).
+	err = unix.Flock(fd3, unix.LOCK_EX|unix.LOCK_NB)
+	for deadline := time.Now().Add(2 * time.Second); err == unix.EWOULDBLOCK && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		err = unix.Flock(fd3, unix.LOCK_EX|unix.LOCK_NB)
+	}
+	e.ok("flock(LOCK_EX|LOCK_NB) after the holder closed", f, err)
 	unix.Close(fd3)
 	// Directories can be flocked too.
 	dfd := e.open(e.dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
