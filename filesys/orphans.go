@@ -221,38 +221,9 @@ func (fs *FS) freeListed(ctx context.Context, slot int, es []layout.Orphan) (lef
 }
 
 func (fs *FS) freeListedOne(ctx context.Context, slot int, e layout.Orphan) (bool, error) {
-	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(e.Ino)), w(rgLock(layout.RGOf(e.Ino))), w(slotLock(slot)))
-	if err != nil {
-		return false, err
-	}
-	t := fs.newTx(ctx)
-	in, err := t.inode(e.Ino)
-	free := err == nil && in.Gen == e.Gen && in.Nlink == 0
-	if errors.Is(err, ErrNotFound) {
-		err = nil // freed already
-	}
-	var hwm uint64
-	if err == nil && free {
-		hwm = in.HWM
-		err = fs.freeInode(t, e.Ino, in)
-	}
-	if err == nil {
-		err = t.putOrphan(slot, e.N, 0, 0)
-	}
-	if err == nil {
-		err = t.commit()
-	}
-	h.release()
-	if err != nil {
-		return false, err
-	}
-	if free {
-		fs.stats.orphansFreed.Inc()
-		if isReg(in) {
-			fs.clearExtent(ctx, e.Ino, hwm)
-		}
-	}
-	return free, nil
+	return fs.freeIfOrphan(ctx, e.Ino, e.Gen, []want{w(slotLock(slot))}, func(t *tx) error {
+		return t.putOrphan(slot, e.N, 0, 0)
+	})
 }
 
 // loadOwnTable reads this node's table when it mounts. Entries left there

@@ -185,10 +185,23 @@ func (fs *FS) freeOrphans(ctx context.Context) {
 // entry: the inode is freed when this node's slot is next recovered or
 // claimed (or by fsck), so it is logged, not returned.
 func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
-	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino))))
+	_, err := fs.freeIfOrphan(ctx, ino, gen, nil, func(t *tx) error {
+		t.orphanDel(ino)
+		return nil
+	})
 	if err != nil {
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
-		return
+	}
+}
+
+// freeIfOrphan frees ino if it still is the unlinked file of generation
+// gen and clears its orphan-table entry (clearEntry stages that), in one
+// transaction under ino's and its group's locks and the extra ones. It
+// reports whether it freed the inode.
+func (fs *FS) freeIfOrphan(ctx context.Context, ino, gen uint64, extra []want, clearEntry func(t *tx) error) (bool, error) {
+	h, err := fs.acquire(ctx, append([]want{r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino)))}, extra...)...)
+	if err != nil {
+		return false, err
 	}
 	t := fs.newTx(ctx)
 	in, err := t.inode(ino)
@@ -196,26 +209,28 @@ func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
 		err = nil // freed already: only the entry is left
 	}
 	var hwm uint64
-	freed := false
-	if err == nil && in != nil && in.Nlink == 0 && in.Gen == gen {
-		hwm = in.HWM
+	free := err == nil && in != nil && in.Nlink == 0 && in.Gen == gen
+	if free {
+		if isReg(in) {
+			hwm = in.HWM
+		}
 		err = fs.freeInode(t, ino, in)
-		freed = err == nil
 	}
 	if err == nil {
-		t.orphanDel(ino)
+		err = clearEntry(t)
+	}
+	if err == nil {
 		err = t.commit()
-		freed = freed && err == nil
 	}
 	h.release()
 	if err != nil {
-		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
-		return
+		return false, err
 	}
-	if freed {
+	if free {
 		fs.stats.orphansFreed.Inc()
+		fs.clearExtent(ctx, ino, hwm)
 	}
-	fs.clearExtent(ctx, ino, hwm)
+	return free, nil
 }
 
 // Link makes name in parent a new link to ino.
