@@ -122,8 +122,11 @@ func TestFencing(t *testing.T) {
 		w := &writer{v: v}
 		for g := range 8 {
 			var mine []*extent
-			for range 300 {
-				e := &extent{off: sl.next() + uint64(g), data: make([]byte, 4096+rng.IntN(60<<10))}
+			// Enough writes that some are still to be issued when the
+			// fence returns, even when it takes a while on a loaded machine
+			// (300 of up to 64 KiB each could all finish during the fence).
+			for range 800 {
+				e := &extent{off: sl.next() + uint64(g), data: make([]byte, 4096+rng.IntN(20<<10))}
 				fill(rng, e.data)
 				mine = append(mine, e)
 			}
