@@ -16,6 +16,10 @@ import (
 // primary (and maybe other members) applied. Until the map shows each such
 // member as syncing or gone, the primary refuses the PG's requests: a retry
 // must not succeed while a replica that may later lead lacks the change.
+// The member may be the primary itself (its own apply failed, say its disk
+// is full, while a backup applied the change): it then hands the lead to an
+// in-sync member that has the change and is backfilled from it, so reads
+// never see the change come and go with the primary.
 
 const faultReportRetry = 200 * time.Millisecond
 
@@ -69,6 +73,11 @@ func (s *Server) faultResolved(m *clustermap.Map, k pgKey) ([]string, bool) {
 	var left []fault
 	var names []string
 	for _, f := range failed {
+		if f.brick == s.cfg.Name && p.Primary() == s.cfg.Name && len(p.InSync()) == 1 {
+			// This brick missed a change others applied, but none of
+			// them is in sync any more: they are backfilled from here.
+			continue
+		}
 		if slices.Contains(p.Bricks, f.brick) && (!slices.Contains(p.Syncing, f.brick) || p.Since <= f.since) {
 			left = append(left, f)
 			names = append(names, f.brick)

@@ -229,7 +229,10 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 // replicate applies ops locally and on every other member, in parallel,
 // and succeeds only if all did. A member that failed may have missed what
 // the others applied: the PG is marked faulty until the coordinator has made
-// that member syncing (it is then backfilled before it can lead).
+// that member syncing (it is then backfilled before it can lead). When this
+// brick's own apply failed and an in-sync member applied the ops, this
+// brick is the one that missed them (see fault.go); when only syncing
+// members applied them, those are backfilled again from here.
 func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
 	type result struct {
@@ -242,7 +245,7 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))}
 			return
 		}
-		results <- result{}
+		results <- result{brick: s.cfg.Name}
 	}()
 	req := &pb.ReplicateRequest{MapEpoch: m.Epoch, Vol: v.ID, Pg: pg, Primary: s.cfg.Name, Writer: w, Ops: toPB(ops)}
 	for _, b := range others {
@@ -264,17 +267,29 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 		}()
 	}
 	var first error
-	var failed []string
+	var failed, applied []string
+	localFailed := false
 	for range len(others) + 1 {
 		r := <-results
 		if r.err == nil {
+			applied = append(applied, r.brick)
 			continue
 		}
 		if first == nil {
 			first = r.err
 		}
-		if r.brick != s.cfg.Name && status.Code(r.err) != codes.PermissionDenied {
+		switch {
+		case r.brick == s.cfg.Name:
+			localFailed = true
+		case status.Code(r.err) != codes.PermissionDenied:
 			failed = append(failed, r.brick) // a fenced write is refused everywhere
+		}
+	}
+	if localFailed && len(applied) > 0 {
+		if slices.ContainsFunc(applied, func(b string) bool { return !slices.Contains(p.Syncing, b) }) {
+			failed = append(failed, s.cfg.Name)
+		} else {
+			failed = append(failed, applied...)
 		}
 	}
 	if len(failed) > 0 {

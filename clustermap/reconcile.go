@@ -286,13 +286,19 @@ func moveOne(n *Map, l load, hi, lo string, touched map[[2]int]bool) bool {
 // may have copied the block before the change) so a new pass starts. It
 // returns nil if the brick is no longer a member, and ok false if the
 // report is not from the primary.
+//
+// The primary may report itself: its own apply failed while another member
+// applied the change. The first other in-sync member then leads, and the
+// reporter is backfilled from it. With no other in-sync member nothing
+// changes (n nil): the members that hold the change are syncing and are
+// overwritten from the primary anyway.
 func MarkSyncing(m *Map, vol uint64, pg uint32, brick, reporter string) (n *Map, ok bool) {
 	v := m.VolumeByID(vol)
 	if v == nil || int(pg) >= len(v.PGs) {
 		return nil, false
 	}
 	p := v.PGs[pg]
-	if p.Primary() != reporter || brick == reporter {
+	if p.Primary() != reporter {
 		return nil, false
 	}
 	if !slices.Contains(p.Bricks, brick) {
@@ -300,6 +306,15 @@ func MarkSyncing(m *Map, vol uint64, pg uint32, brick, reporter string) (n *Map,
 	}
 	n = m.Clone()
 	np := &n.VolumeByID(vol).PGs[pg]
+	if brick == reporter {
+		in := p.InSync()
+		if len(in) < 2 {
+			return nil, true
+		}
+		next := in[1]
+		rest := slices.DeleteFunc(slices.Clone(np.Bricks), func(s string) bool { return s == next })
+		np.Bricks = append([]string{next}, rest...)
+	}
 	if !slices.Contains(np.Syncing, brick) {
 		np.Syncing = append(np.Syncing, brick)
 	}

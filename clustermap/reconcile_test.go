@@ -616,3 +616,23 @@ func TestMarkSyncing(t *testing.T) {
 		t.Fatal("a non-member was marked")
 	}
 }
+
+// TestMarkSyncingPrimary: a primary whose own apply failed reports itself;
+// the next in-sync member leads and the reporter is backfilled.
+func TestMarkSyncingPrimary(t *testing.T) {
+	m := pgMap(t, 3, []string{"a", "b", "c"}, clustermap.PG{Bricks: []string{"a", "b", "c"}, Syncing: []string{"b"}})
+	n, ok := clustermap.MarkSyncing(m, 1, 0, "a", "a")
+	if !ok || n == nil {
+		t.Fatal("the primary's report about itself was ignored")
+	}
+	mustValid(t, n)
+	p := n.Volume("v").PGs[0]
+	if !slices.Equal(p.Bricks, []string{"c", "b", "a"}) || !slices.Equal(p.Syncing, []string{"b", "a"}) || p.Since != n.Epoch {
+		t.Fatalf("after the primary marked itself: %+v at epoch %d", p, n.Epoch)
+	}
+	// The only in-sync member cannot hand the lead to anyone.
+	n2, ok := clustermap.MarkSyncing(n, 1, 0, "c", "c")
+	if !ok || n2 != nil {
+		t.Fatalf("the last in-sync member marked itself syncing: %+v", n2)
+	}
+}
