@@ -2,10 +2,13 @@ package filesys
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
+	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // Write-behind of file data. Write copies the bytes and returns once the
@@ -16,6 +19,12 @@ import (
 //     issued before it has finished (redo.Options.BeforeWrite), so no record
 //     that makes bytes visible (a larger size) is durable before them; a
 //     data write that failed stops the log (and the node) instead.
+//   - Except for lack of space: a brick that refused a data write as full
+//     loses only those bytes of that file (they read as the file's earlier
+//     bytes there, or zeros), as a local file system's failed write-back
+//     does, and fsync (or close, if already known) reports ENOSPC. For
+//     lowSpaceFor after that, writes are written through (writeThrough),
+//     so write(2) itself fails with ENOSPC and changes nothing.
 //   - Read-your-writes on this node: Read waits for the inode's writes.
 //   - Other nodes: a revoke of the inode's lock waits for them first.
 //   - fsync waits for the inode's writes and reports the first that failed
@@ -32,7 +41,12 @@ type dataWriter struct {
 	bytes    int              // bytes under way
 	errs     map[uint64]error // by inode: first failure not yet reported by fsync
 	failed   error            // first failure of all: the log must not go on
+	noSpace  time.Time        // last write a brick refused for lack of space
 }
+
+// lowSpaceFor is how long after a brick refused a data write for lack of
+// space writes are written through.
+const lowSpaceFor = 30 * time.Second
 
 type dataWrite struct {
 	ino      uint64
@@ -66,14 +80,9 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 	d.fs.stats.dataInflight.Add(float64(len(p)))
 	d.mu.Unlock()
 	go func() {
-		addr := layout.ExtentAddr(ino) + off
-		err := d.fs.cfg.Dev.WriteAt(context.WithoutCancel(ctx), buf, addr)
+		err, noSpace := d.put(context.WithoutCancel(ctx), ino, buf, off)
 		if err != nil {
-			d.fs.stats.dataErrors.Inc()
-			err = d.fs.ioError("write file data", addr, err)
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
-		} else {
-			d.fs.stats.dataBytes.Add(float64(len(buf)))
 		}
 		d.mu.Lock()
 		delete(d.inflight, seq)
@@ -82,12 +91,58 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 		if err != nil && d.errs[ino] == nil {
 			d.errs[ino] = err
 		}
-		if err != nil && d.failed == nil {
+		if err != nil && !noSpace && d.failed == nil {
 			d.failed = fmt.Errorf("file data of inode %d at %d not written: %w", ino, off, err)
 		}
 		d.cond.Broadcast()
 		d.mu.Unlock()
 	}()
+}
+
+// put writes p at off of ino's extent. A brick's lack of space is
+// ErrNoSpace (noSpace true, and the node writes through for a while).
+func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64) (err error, noSpace bool) {
+	addr := layout.ExtentAddr(ino) + off
+	err = d.fs.cfg.Dev.WriteAt(ctx, p, addr)
+	switch {
+	case err == nil:
+		d.fs.stats.dataBytes.Add(float64(len(p)))
+		return nil, false
+	case errors.Is(err, volume.ErrNoSpace):
+		d.fs.stats.dataErrors.Inc()
+		d.mu.Lock()
+		d.noSpace = time.Now()
+		d.mu.Unlock()
+		return fmt.Errorf("%w: file data of inode %d at %d (%d bytes): %v", ErrNoSpace, ino, off, len(p), err), true
+	}
+	d.fs.stats.dataErrors.Inc()
+	return d.fs.ioError("write file data", addr, err), false
+}
+
+// lowSpace reports whether a brick refused a data write for lack of space
+// in the last lowSpaceFor.
+func (d *dataWriter) lowSpace() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return !d.noSpace.IsZero() && time.Since(d.noSpace) < lowSpaceFor
+}
+
+// writeThrough writes p at off of ino's extent and waits for it (after
+// ino's writes under way, which it may overlap).
+func (d *dataWriter) writeThrough(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	d.settle(ino)
+	err, _ := d.put(ctx, ino, p, off)
+	return err
+}
+
+// takeErr returns (and forgets) ino's first failed write not yet reported,
+// without waiting for its writes under way.
+func (d *dataWriter) takeErr(ino uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	err := d.errs[ino]
+	delete(d.errs, ino)
+	return err
 }
 
 func (d *dataWriter) overlapsLocked(w dataWrite) bool {
@@ -136,7 +191,8 @@ func (d *dataWriter) sync(ino uint64) error {
 // A data write that failed makes it fail, and with it the log and the
 // node: a record logged after it may make its bytes visible (a larger
 // size), and it must not become durable. Another node then recovers the
-// log up to what was durable before, as after a crash.
+// log up to what was durable before, as after a crash. A write refused for
+// lack of space does not (see the type's comment).
 func (d *dataWriter) barrier() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()

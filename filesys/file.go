@@ -102,7 +102,19 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		if err := fs.exposeTail(ctx, ino, in, off); err != nil {
 			return 0, err
 		}
-		fs.data.write(ctx, ino, p, off)
+		if fs.data.lowSpace() {
+			if err := fs.data.writeThrough(ctx, ino, p, off); err != nil {
+				// Some replicas may hold the bytes: past the size they
+				// must be cleared if the file grows over them.
+				in.HWM = max(in.HWM, end)
+				if perr := t.putInode(ino, in); perr == nil {
+					t.commit()
+				}
+				return 0, err
+			}
+		} else {
+			fs.data.write(ctx, ino, p, off)
+		}
 		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
 	}
 	now := fs.now()
@@ -275,6 +287,12 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 // Fsync makes ino's data and every change made on this node so far
 // durable: it waits for ino's data writes (reporting the first that failed
 // since the last Fsync of ino), then syncs the log.
+// Flush reports a failed write of ino's data known by now (close(2)),
+// without waiting for the writes under way: fsync waits for them.
+func (fs *FS) Flush(ino uint64) error {
+	return fs.data.takeErr(ino)
+}
+
 func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
 	if err := fs.data.sync(ino); err != nil {
 		return err

@@ -85,9 +85,11 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 	return uint32(c), 0
 }
 
-// Flush is called on every close(2); writes already reached FileSystem
-// (no writeback cache), so there is nothing to do.
-func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
+// Flush is called on every close(2): writes already reached FileSystem (no
+// writeback cache); a data write it already knows failed is reported.
+func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno {
+	return n.errno("flush", n.m.fsys.Flush(n.ino()))
+}
 
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) (en syscall.Errno) {
 	defer n.m.stats.done("fsync", time.Now(), &en)

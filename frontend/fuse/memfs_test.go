@@ -511,6 +511,7 @@ func (f *memFS) Write(_ context.Context, ino, gen uint64, p []byte, off uint64, 
 }
 
 func (f *memFS) Fsync(context.Context, uint64, bool) error { return nil }
+func (f *memFS) Flush(uint64) error                        { return nil }
 
 func (f *memFS) Fallocate(_ context.Context, ino uint64, off, length uint64, mode uint32) error {
 	f.mu.Lock()
