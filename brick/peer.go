@@ -166,7 +166,7 @@ func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.Rep
 	if ops, err = s.filterNewer(ops, 0, false); err != nil {
 		return nil, storeErr(err, "replicate")
 	}
-	if err := s.store.Apply(ctx, ops); err != nil {
+	if err := s.applyOps(ctx, ops, r.Reserved); err != nil {
 		return nil, storeErr(err, fmt.Sprintf("brick %s: apply replicated ops", s.cfg.Name))
 	}
 	return &pb.ReplicateResponse{}, nil

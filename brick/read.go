@@ -173,7 +173,9 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	}
 	for len(ops) > 0 {
 		n := min(len(ops), decommitBatchOps)
-		if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops[:n]); err != nil {
+		// Freeing space may use the metadata reserve: a full volume
+		// must still let its users delete.
+		if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops[:n], true); err != nil {
 			return nil, err
 		}
 		ops = ops[n:]

@@ -219,7 +219,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 		}
 		ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
 	}
-	if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops); err != nil {
+	if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops, r.Reserved); err != nil {
 		return nil, err
 	}
 	s.io.Write(len(r.Data), time.Since(start))
@@ -232,8 +232,9 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 // that member syncing (it is then backfilled before it can lead). When this
 // brick's own apply failed and an in-sync member applied the ops, this
 // brick is the one that missed them (see fault.go); when only syncing
-// members applied them, those are backfilled again from here.
-func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op) error {
+// members applied them, those are backfilled again from here. reserved
+// ops may use the space stores keep for metadata (store.ApplyReserved).
+func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op, reserved bool) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
 	type result struct {
 		brick string
@@ -241,13 +242,13 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 	}
 	results := make(chan result, len(others)+1)
 	go func() {
-		if err := s.store.Apply(ctx, ops); err != nil {
+		if err := s.applyOps(ctx, ops, reserved); err != nil {
 			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))}
 			return
 		}
 		results <- result{brick: s.cfg.Name}
 	}()
-	req := &pb.ReplicateRequest{MapEpoch: m.Epoch, Vol: v.ID, Pg: pg, Primary: s.cfg.Name, Writer: w, Ops: toPB(ops)}
+	req := &pb.ReplicateRequest{MapEpoch: m.Epoch, Vol: v.ID, Pg: pg, Primary: s.cfg.Name, Writer: w, Ops: toPB(ops), Reserved: reserved}
 	for _, b := range others {
 		go func() {
 			cl, err := s.peers.client(m, b)
@@ -296,6 +297,15 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 		s.markFault(pgKey{v.ID, pg}, p.Since, failed)
 	}
 	return first
+}
+
+// applyOps applies ops to this brick's store, reserved ones with
+// store.ApplyReserved.
+func (s *Server) applyOps(ctx context.Context, ops []store.Op, reserved bool) error {
+	if reserved {
+		return s.store.ApplyReserved(ctx, ops)
+	}
+	return s.store.Apply(ctx, ops)
 }
 
 func errMsg(err error) string {

@@ -2,6 +2,7 @@ package filesys
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/filesys/redo"
 	"github.com/plumeria-fs/plumeria/lock"
+	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // cblock is a cached metadata block. Invariant: it is only read or changed
@@ -240,7 +242,7 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 	g.SetLimit(16)
 	for _, s := range snaps {
 		g.Go(func() error {
-			if err := fs.cfg.Dev.WriteAt(gctx, s.data, s.b.addr); err != nil {
+			if err := (metaDev{fs.cfg.Dev}).WriteAt(gctx, s.data, s.b.addr); err != nil {
 				return fs.ioError("write back metadata block", s.b.addr, err)
 			}
 			return nil
@@ -377,10 +379,14 @@ func (fs *FS) invalidate(ino uint64, to lock.Mode) {
 	}
 }
 
-// ioError wraps a volume error; a fenced or lost node stops.
+// ioError wraps a volume error (a full brick is ErrNoSpace); a fenced or
+// lost node stops.
 func (fs *FS) ioError(what string, addr uint64, err error) error {
-	if isFatal(err) {
+	switch {
+	case isFatal(err):
 		return fs.fail(fmt.Errorf("%s at %#x: %w", what, addr, err))
+	case errors.Is(err, volume.ErrNoSpace):
+		return fmt.Errorf("%w: %s at %#x: %v", ErrNoSpace, what, addr, err)
 	}
 	return fmt.Errorf("%w: %s at %#x: %v", ErrIO, what, addr, err)
 }

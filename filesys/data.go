@@ -104,19 +104,17 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64) (err error, noSpace bool) {
 	addr := layout.ExtentAddr(ino) + off
 	err = d.fs.cfg.Dev.WriteAt(ctx, p, addr)
-	switch {
-	case err == nil:
+	if err == nil {
 		d.fs.stats.dataBytes.Add(float64(len(p)))
 		return nil, false
-	case errors.Is(err, volume.ErrNoSpace):
-		d.fs.stats.dataErrors.Inc()
+	}
+	d.fs.stats.dataErrors.Inc()
+	if noSpace = errors.Is(err, volume.ErrNoSpace); noSpace {
 		d.mu.Lock()
 		d.noSpace = time.Now()
 		d.mu.Unlock()
-		return fmt.Errorf("%w: file data of inode %d at %d (%d bytes): %v", ErrNoSpace, ino, off, len(p), err), true
 	}
-	d.fs.stats.dataErrors.Inc()
-	return d.fs.ioError("write file data", addr, err), false
+	return d.fs.ioError(fmt.Sprintf("write data of inode %d at %d", ino, off), addr, err), noSpace
 }
 
 // lowSpace reports whether a brick refused a data write for lack of space

@@ -30,6 +30,7 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/filesys/redo"
 	"github.com/plumeria-fs/plumeria/lock"
+	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // Device is the shared volume, as the volume client provides it.
@@ -37,6 +38,16 @@ type Device interface {
 	ReadAt(ctx context.Context, p []byte, off uint64) error  // never-written bytes read as zeros
 	WriteAt(ctx context.Context, p []byte, off uint64) error // durable on every replica when it returns
 	Decommit(ctx context.Context, off, n uint64) error       // the range reads as zeros afterwards
+}
+
+// metaDev is the device as the log, metadata write-back and recovery use
+// it: their writes may use the space bricks keep for metadata
+// (volume.Reserved), so that a volume full of file data still lets nodes
+// commit, delete and free space instead of failing.
+type metaDev struct{ Device }
+
+func (d metaDev) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	return d.Device.WriteAt(volume.Reserved(ctx), p, off)
 }
 
 // Locker is the lock service's clerk, as lock/clerk provides it: Acquire
@@ -157,7 +168,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	fs.data.init(fs)
 	fs.prefetch.init()
-	fs.rlog, err = redo.Open(ctx, cfg.Dev, fs.logOptions(fs.slot))
+	fs.rlog, err = redo.Open(ctx, metaDev{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
 	}

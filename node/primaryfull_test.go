@@ -91,6 +91,10 @@ func TestPrimaryOutOfSpace(t *testing.T) {
 	for _, off := range failed {
 		before[off] = read(off)
 	}
+	// The members still in sync hold the same blocks.
+	if diffs, err := v.VerifyReplicas(ctx, nil); err != nil || len(diffs) > 0 {
+		t.Fatalf("replicas differ (%v): %v", err, diffs)
+	}
 	tc.bricks[0].Stop()
 	tc.bricks[0] = nil
 	for _, off := range failed {

@@ -164,6 +164,21 @@ func split(off uint64, p []byte, chunk uint64) []piece {
 	return out
 }
 
+type reservedKey struct{}
+
+// Reserved marks writes made with the returned context as metadata: they
+// may use the space each brick keeps back for it, so that a file system on
+// a full volume can still log, commit deletes and free space. Decommits
+// always may.
+func Reserved(ctx context.Context) context.Context {
+	return context.WithValue(ctx, reservedKey{}, true)
+}
+
+func isReserved(ctx context.Context) bool {
+	r, _ := ctx.Value(reservedKey{}).(bool)
+	return r
+}
+
 // WriteAt writes p at off. It returns once every replica has it durable.
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) {
 	defer v.stats.done(opWrite, time.Now(), len(p), &err)
@@ -177,7 +192,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) 
 			return err
 		}
 		_, err = cl.Write(ctx, &pb.WriteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Data: pc.buf,
-			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}})
+			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: isReserved(ctx)})
 		return err
 	})
 }

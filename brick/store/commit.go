@@ -14,6 +14,7 @@ type request struct {
 	buf      []byte     // the batch's records and its commit record
 	recs     []scanned  // the records in buf; off is relative to buf
 	internal bool       // a cleaner batch: may use the reserve; not counted in Stats.Batches
+	reserved bool       // ApplyReserved: may use the metadata reserve
 	done     chan error // buffered; the committer sends exactly once
 }
 
@@ -100,6 +101,16 @@ func opHeader(op Op) (header, error) {
 // visible, store still usable), ErrClosed, ctx's error, or an I/O error
 // after which the store must be reopened.
 func (s *Store) Apply(ctx context.Context, ops []Op) error {
+	return s.apply(ctx, ops, false)
+}
+
+// ApplyReserved is Apply for metadata: it may also use the space kept back
+// for it (Options.ReserveBytes).
+func (s *Store) ApplyReserved(ctx context.Context, ops []Op) error {
+	return s.apply(ctx, ops, true)
+}
+
+func (s *Store) apply(ctx context.Context, ops []Op, reserved bool) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -115,6 +126,7 @@ func (s *Store) Apply(ctx context.Context, ops []Op) error {
 	if err != nil {
 		return err
 	}
+	r.reserved = reserved
 	return s.submit(ctx, r)
 }
 
@@ -186,11 +198,15 @@ func (s *Store) commitGroup(group []*request) {
 }
 
 // admit fails r with ErrNoSpace if it would take the segments past the
-// capacity; Apply batches may not use the cleaner's reserve.
+// capacity; Apply batches may not use the cleaner's reserve nor the
+// metadata reserve, ApplyReserved batches only the latter.
 func (s *Store) admit(r *request, pending int64) error {
-	limit := s.capacity - s.reserve
-	if r.internal {
+	limit := s.capacity - s.reserve - s.metaReserve
+	switch {
+	case r.internal:
 		limit = s.capacity
+	case r.reserved:
+		limit = s.capacity - s.reserve
 	}
 	if need := s.used.Load() + pending + int64(len(r.buf)); need > limit {
 		return fmt.Errorf("batch of %d bytes would use %d of %d bytes: %w", len(r.buf), need, limit, ErrNoSpace)

@@ -276,5 +276,9 @@ func (s *Store) setCapacity() error {
 	if s.reserve >= s.capacity {
 		return fmt.Errorf("ReserveBytes %d not below capacity %d", s.reserve, s.capacity)
 	}
+	s.metaReserve = min(metaReserveMax, (s.capacity-s.reserve)/16)
 	return nil
 }
+
+// metaReserveMax bounds the metadata reserve (Options.ReserveBytes).
+const metaReserveMax = 64 << 20

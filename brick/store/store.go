@@ -47,7 +47,10 @@ type Options struct {
 	CapacityBytes int64
 	// ReserveBytes of the capacity are kept back from Apply for the cleaner,
 	// which must copy live records before it can free a segment.
-	// 0 means min(SegmentBytes, capacity/8).
+	// 0 means min(SegmentBytes, capacity/8). Of the rest, a metadata
+	// reserve of min(64 MiB, rest/16) is kept back from Apply for
+	// ApplyReserved (a file system's log and metadata: a full volume still
+	// lets it commit, delete and free space).
 	ReserveBytes int64
 	// SegmentBytes is the size at which the head segment is rolled. 0 means
 	// limits.SegmentBytesMax; allowed: [SegmentBytesMin, limits.SegmentBytesMax].
@@ -99,6 +102,7 @@ type Store struct {
 	log               *slog.Logger
 	db                *pebble.DB
 	capacity, reserve int64 // immutable after Open
+	metaReserve       int64 // immutable after Open; see Options.ReserveBytes
 
 	reqs          chan *request // Apply → committer; unbuffered
 	stop          chan struct{} // closed by Close

@@ -254,9 +254,27 @@ func TestCapacity(t *testing.T) {
 	if st.UsedBytes > opts.CapacityBytes || acked == 0 {
 		t.Fatalf("after %d puts: %+v", acked, st)
 	}
+	// Metadata still fits, in the space kept back for it, then not.
+	reserved := 0
+	for ; ; reserved++ {
+		err := s.ApplyReserved(context.Background(), []Op{putOp(Key{Block: acked + uint64(reserved)}, 1)})
+		if errors.Is(err, ErrNoSpace) {
+			break
+		}
+		if err != nil || reserved > 1000 {
+			t.Fatalf("ApplyReserved %d: %v", reserved, err)
+		}
+	}
+	if reserved == 0 {
+		t.Fatal("a full store kept no space for metadata")
+	}
+	if st := s.Stats(); st.UsedBytes > opts.CapacityBytes-s.reserve {
+		t.Fatalf("metadata used the cleaner's reserve: %+v", st)
+	}
 	for i := range acked {
 		checkPut(t, s, Key{Block: i}, 1)
 	}
+	acked += uint64(reserved)
 	s.Close()
 	// More capacity: the same store takes writes again.
 	opts.CapacityBytes *= 2

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/coordclient"
@@ -18,7 +19,7 @@ const vdiskIOBytes = 4 << 20
 
 func vdiskCmd() *cobra.Command {
 	c := &cobra.Command{Use: "vdisk", Short: "Read, write, fence and snapshot virtual disks (operator and test commands)"}
-	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskDecommitCmd())
+	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskDecommitCmd(), vdiskVerifyCmd())
 	return c
 }
 
@@ -230,6 +231,49 @@ func vdiskSnapshotCmd() *cobra.Command {
 			return fmt.Errorf("snapshot: %s", coordclient.ErrorMessage(err))
 		}
 		fmt.Printf("snapshot %s of volume %s taken\n", name, vol)
+		return nil
+	}
+	return c
+}
+
+func vdiskVerifyCmd() *cobra.Command {
+	var vol string
+	c := &cobra.Command{
+		Use:   "verify --volume NAME",
+		Short: "Check that the in-sync replicas of every placement group hold the same blocks (run it with no writes under way)",
+		Long: `verify asks every in-sync member of each placement group for its block
+inventory and compares them. With no writes under way they must agree: each
+difference names the block and the sequence number each member holds. Exits
+non-zero if any PG's replicas differ.`,
+		Args: cobra.NoArgs,
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&vol, "volume", "", "volume name")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		v, done, err := openVolume(cmd.Context(), connect, vol, "")
+		if err != nil {
+			return err
+		}
+		defer done()
+		var bar *progressbar.ProgressBar
+		diffs, err := v.VerifyReplicas(cmd.Context(), func(n, total int) {
+			if bar == nil {
+				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("verify "+vol+": placement groups"),
+					progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(),
+					progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
+			}
+			bar.Set(n)
+		})
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", vol, err)
+		}
+		for _, d := range diffs {
+			fmt.Println(d)
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("verify %s: %d blocks differ between in-sync replicas", vol, len(diffs))
+		}
+		fmt.Printf("verify %s: the in-sync replicas of every placement group agree\n", vol)
 		return nil
 	}
 	return c

@@ -2046,13 +2046,17 @@ func (x *Writer) GetEpoch() uint64 {
 // Requests name the map epoch they were routed with; a brick refuses an older
 // one with FAILED_PRECONDITION "stale map epoch".
 type WriteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
-	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
-	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"` // byte offset in the volume; [offset, offset+len(data)) lies in one chunk
-	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
-	Writer        *Writer                `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol      uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg       uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset   uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"` // byte offset in the volume; [offset, offset+len(data)) lies in one chunk
+	Data     []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	Writer   *Writer                `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
+	// reserved: the write may use the space each brick keeps for metadata
+	// (a file system's log and metadata blocks), so that a full volume still
+	// lets it commit, delete and free space.
+	Reserved      bool `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2127,6 +2131,13 @@ func (x *WriteRequest) GetWriter() *Writer {
 		return x.Writer
 	}
 	return nil
+}
+
+func (x *WriteRequest) GetReserved() bool {
+	if x != nil {
+		return x.Reserved
+	}
+	return false
 }
 
 type WriteResponse struct {
@@ -2498,6 +2509,7 @@ type ReplicateRequest struct {
 	Primary       string                 `protobuf:"bytes,4,opt,name=primary,proto3" json:"primary,omitempty"`
 	Writer        *Writer                `protobuf:"bytes,5,opt,name=writer,proto3" json:"writer,omitempty"`
 	Ops           []*BlockOp             `protobuf:"bytes,6,rep,name=ops,proto3" json:"ops,omitempty"`
+	Reserved      bool                   `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"` // as the client request's reserved
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2572,6 +2584,13 @@ func (x *ReplicateRequest) GetOps() []*BlockOp {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *ReplicateRequest) GetReserved() bool {
+	if x != nil {
+		return x.Reserved
+	}
+	return false
 }
 
 type ReplicateResponse struct {
@@ -3151,14 +3170,15 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"timeUnixNs\".\n" +
 	"\x06Writer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xa6\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xc2\x01\n" +
 	"\fWriteRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12+\n" +
-	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\"\x0f\n" +
+	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
+	"\breserved\x18\a \x01(\bR\breserved\"\x0f\n" +
 	"\rWriteResponse\"\x98\x01\n" +
 	"\vReadRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
@@ -3187,14 +3207,15 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x03PUT\x10\x00\x12\r\n" +
 	"\tTOMBSTONE\x10\x01\x12\n" +
 	"\n" +
-	"\x06REMOVE\x10\x02\"\xc0\x01\n" +
+	"\x06REMOVE\x10\x02\"\xdc\x01\n" +
 	"\x10ReplicateRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x18\n" +
 	"\aprimary\x18\x04 \x01(\tR\aprimary\x12+\n" +
 	"\x06writer\x18\x05 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12&\n" +
-	"\x03ops\x18\x06 \x03(\v2\x14.plumeria.v1.BlockOpR\x03ops\"\x13\n" +
+	"\x03ops\x18\x06 \x03(\v2\x14.plumeria.v1.BlockOpR\x03ops\x12\x1a\n" +
+	"\breserved\x18\a \x01(\bR\breserved\"\x13\n" +
 	"\x11ReplicateResponse\"Q\n" +
 	"\x10InventoryRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +

@@ -336,7 +336,8 @@ func (w *world) dumpStacks() {
 	}
 }
 
-// finish unmounts every node cleanly, runs fsck and scans the logs.
+// finish unmounts every node cleanly, checks that the in-sync replicas of
+// every PG agree, runs fsck and scans the logs.
 func (w *world) finish() {
 	for _, name := range w.fsOrd {
 		if _, up := w.fs[name].state(); !up {
@@ -346,6 +347,9 @@ func (w *world) finish() {
 		if err := w.fs[name].unmount(); err != nil {
 			w.anomaly(check.Anomaly{Kind: "unmount failed", Key: name, Detail: err.Error()})
 		}
+	}
+	if err := w.verifyReplicas(); err != nil {
+		w.anomaly(check.Anomaly{Kind: "replicas differ", Key: volumeName, Detail: err.Error()})
 	}
 	if err := w.fsck(); err != nil {
 		a := fsckAnomaly(err)

@@ -666,6 +666,24 @@ func (w *world) scanLogs() {
 	}
 }
 
+// verifyReplicas runs `plumeria vdisk verify` (no writes may be under way):
+// a difference may be a fault its primary is still reporting, so it must
+// last over a few tries.
+func (w *world) verifyReplicas() error {
+	var err error
+	for try := 0; try < 3; try++ {
+		if try > 0 {
+			time.Sleep(5 * time.Second)
+		}
+		var out string
+		if out, err = w.cli(5*time.Minute, "vdisk", "verify", w.coordArg(), "--volume", volumeName); err == nil {
+			w.logf("%s", strings.TrimSpace(out))
+			return nil
+		}
+	}
+	return err
+}
+
 // fsck runs the offline checker; everything must be unmounted.
 func (w *world) fsck() error {
 	_, err := w.cli(10*time.Minute, "fsck", w.coordArg(), "--volume", volumeName)

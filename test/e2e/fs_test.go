@@ -31,8 +31,9 @@ func fsReady(t *testing.T) {
 }
 
 // newFSCluster starts a coordinator that is also a lock server, three
-// bricks, and formats volume "fs" (2 replicas).
-func newFSCluster(t *testing.T) *cluster {
+// bricks (with brickArgs added to their command lines), and formats volume
+// "fs" (2 replicas).
+func newFSCluster(t *testing.T, brickArgs ...string) *cluster {
 	fsReady(t)
 	c := newCluster(t)
 	p := c.newProc("c1")
@@ -40,7 +41,7 @@ func newFSCluster(t *testing.T) *cluster {
 	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}
 	c.start(p)
 	for i := 1; i <= 3; i++ {
-		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i))
+		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i), brickArgs...)
 	}
 	c.waitStatus(60*time.Second, "3 bricks up and a lock server", func(st *coord.Status) (bool, string) {
 		up := 0

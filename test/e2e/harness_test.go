@@ -297,12 +297,12 @@ func (c *cluster) addCoordinator(name string) *proc {
 }
 
 // addBrick starts a brick-only process on its own host domain.
-func (c *cluster) addBrick(name, host string) *proc {
+func (c *cluster) addBrick(name, host string, extra ...string) *proc {
 	c.t.Helper()
 	p := c.newProc(name)
 	p.brick = true
-	p.args = []string{"server", "--name", name, "--listen", p.addr, "--data", p.data, "--brick",
-		"--coord", strings.Join(c.coordAddrs(), ","), "--domain", "host=" + host}
+	p.args = append([]string{"server", "--name", name, "--listen", p.addr, "--data", p.data, "--brick",
+		"--coord", strings.Join(c.coordAddrs(), ","), "--domain", "host=" + host}, extra...)
 	c.start(p)
 	return p
 }
