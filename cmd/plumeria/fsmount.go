@@ -71,7 +71,7 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 }
 
 func mountCmd() *cobra.Command {
-	var name, id, metricsListen string
+	var name, id, metricsListen, logLevel string
 	var debug bool
 	c := &cobra.Command{
 		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
@@ -83,6 +83,7 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if name == "" {
@@ -109,7 +110,11 @@ func mountCmd() *cobra.Command {
 		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		var level slog.Level
+		if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+			return fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 		m, err := mountFS(ctx, cl, name, id, args[0], debug, log)
 		if err != nil {
 			return err

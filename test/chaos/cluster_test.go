@@ -424,7 +424,7 @@ func (w *world) startCluster() {
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := w.newProc(name, "fs", w.hosts[name], "mount", w.coordArg(), "--volume", volumeName, "--name", name, mnt)
+		p := w.newProc(name, "fs", w.hosts[name], "mount", w.coordArg(), "--volume", volumeName, "--name", name, "--log-level", "info", mnt)
 		f := &fsNode{w: w, name: name, p: p, mnt: mnt, crashed: map[int]bool{}}
 		w.fs[name] = f
 		w.fsOrd = append(w.fsOrd, name)
