@@ -195,7 +195,11 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 		return nil, err
 	}
 	defer unlock()
+	if r.VersionAt > 0 && (r.Offset%limits.BlockBytes != 0 || len(r.Data)%limits.BlockBytes != 0 || r.VersionAt+7 > limits.BlockBytes) {
+		return nil, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", r.Offset, len(r.Data), r.VersionAt-1, limits.BlockBytes)
+	}
 	var ops []store.Op
+	var stale uint32
 	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
 	for b := lo; b < hi; b++ {
 		// Inclusive ends: the last block of the space ends at 2^64-1.
@@ -204,7 +208,20 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(len(r.Data))-1)
 		piece := r.Data[from-r.Offset : last-r.Offset+1]
 		var block []byte
-		if len(piece) == limits.BlockBytes {
+		if r.VersionAt > 0 {
+			base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+			if err != nil {
+				return nil, err
+			}
+			if !repl.VersionNewer(base, piece, int(r.VersionAt-1)) {
+				stale++
+				if repl.VersionFork(base, piece, int(r.VersionAt-1)) {
+					s.log.WarnContext(ctx, "versioned write of a block with the same version but other bytes; kept the stored block", "vol", v.Name, "block", b, "writer", r.Writer.Id)
+				}
+				continue
+			}
+			block = piece
+		} else if len(piece) == limits.BlockBytes {
 			block = piece
 		} else {
 			base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
@@ -219,11 +236,13 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 		}
 		ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
 	}
-	if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops, r.Reserved); err != nil {
-		return nil, err
+	if len(ops) > 0 {
+		if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops, r.Reserved); err != nil {
+			return nil, err
+		}
 	}
 	s.io.Write(len(r.Data), time.Since(start))
-	return &pb.WriteResponse{}, nil
+	return &pb.WriteResponse{Stale: stale}, nil
 }
 
 // replicate applies ops locally and on every other member, in parallel,

@@ -242,7 +242,7 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 	g.SetLimit(16)
 	for _, s := range snaps {
 		g.Go(func() error {
-			if err := (metaDev{fs.cfg.Dev}).WriteAt(gctx, s.data, s.b.addr); err != nil {
+			if err := (blockDev{fs.cfg.Dev}).WriteAt(gctx, s.data, s.b.addr); err != nil {
 				return fs.ioError("write back metadata block", s.b.addr, err)
 			}
 			return nil

@@ -50,6 +50,17 @@ func (d metaDev) WriteAt(ctx context.Context, p []byte, off uint64) error {
 	return d.Device.WriteAt(volume.Reserved(ctx), p, off)
 }
 
+// blockDev is metaDev for whole metadata blocks, which carry their version
+// (layout.Version): the writes are versioned (volume.Versioned), so one
+// that reaches a brick late (it sat in a TCP buffer while this node gave
+// up, retried and gave the lock away) never overwrites a newer version.
+// Not for the redo log, whose blocks carry no such version.
+type blockDev struct{ Device }
+
+func (d blockDev) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	return d.Device.WriteAt(volume.Versioned(volume.Reserved(ctx), layout.VersionStart), p, off)
+}
+
 // Locker is the lock service's clerk, as lock/clerk provides it: Acquire
 // pins a lock in a mode until Unpin; the clerk calls back Revoke (through
 // the owner's wiring) before it gives a lock up.

@@ -43,7 +43,7 @@ func RecoverLog(ctx context.Context, dev Device, dead string, session uint64, op
 }
 
 func recoverLog(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger, st *stats) error {
-	dev = metaDev{dev}
+	dev = blockDev{dev}
 	start := time.Now()
 	blocks, err := replaySlots(ctx, dev, dead, session, log)
 	st.recoveryBlocks.Add(float64(blocks))

@@ -179,6 +179,23 @@ func isReserved(ctx context.Context) bool {
 	return r
 }
 
+type versionedKey struct{}
+
+// Versioned makes writes made with the returned context versioned: each
+// 4 KiB block they cover (they must cover whole blocks) carries a
+// little-endian uint64 version at byte off, and a brick keeps its stored
+// block when that one's version is not below (WriteRequest.version_at).
+// A write that reaches a brick late, after its writer retried and others
+// wrote newer versions, then changes nothing.
+func Versioned(ctx context.Context, off int) context.Context {
+	return context.WithValue(ctx, versionedKey{}, uint32(off)+1)
+}
+
+func versionAt(ctx context.Context) uint32 {
+	v, _ := ctx.Value(versionedKey{}).(uint32)
+	return v
+}
+
 // WriteAt writes p at off. It returns once every replica has it durable.
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) {
 	defer v.stats.done(opWrite, time.Now(), len(p), &err)
@@ -192,7 +209,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) 
 			return err
 		}
 		_, err = cl.Write(ctx, &pb.WriteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Data: pc.buf,
-			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: isReserved(ctx)})
+			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: isReserved(ctx), VersionAt: versionAt(ctx)})
 		return err
 	})
 }

@@ -11,7 +11,11 @@
 // backfill with a horizon) converge to the primary's blocks.
 package repl
 
-import "fmt"
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
 
 // CounterBits is the width of the per-epoch counter in a seq.
 const CounterBits = 32
@@ -79,4 +83,25 @@ func Merge(base []byte, blockBytes int, within int, p []byte) []byte {
 	copy(out, base)
 	copy(out[within:], p)
 	return out
+}
+
+// VersionNewer decides a versioned block write (see WriteRequest.version_at):
+// the new block applies only if its little-endian uint64 at off is above
+// the stored block's (nil: never written, version 0).
+func VersionNewer(stored, incoming []byte, off int) bool {
+	return versionAt(incoming, off) > versionAt(stored, off)
+}
+
+// VersionFork reports a stored block and an incoming one with the same
+// version but different bytes: two writers changed one version of the
+// block, which versioned writers must never do.
+func VersionFork(stored, incoming []byte, off int) bool {
+	return stored != nil && versionAt(incoming, off) == versionAt(stored, off) && !bytes.Equal(stored, incoming)
+}
+
+func versionAt(b []byte, off int) uint64 {
+	if len(b) < off+8 {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(b[off:])
 }

@@ -2,6 +2,7 @@ package repl
 
 import (
 	"bytes"
+	"encoding/binary"
 	"testing"
 )
 
@@ -68,5 +69,32 @@ func TestBlockRangeAndMerge(t *testing.T) {
 	}
 	if z := Merge(nil, 4, 3, []byte{7}); !bytes.Equal(z, []byte{0, 0, 0, 7}) {
 		t.Fatalf("merge on zeros %v", z)
+	}
+}
+
+func TestVersionNewer(t *testing.T) {
+	blk := func(v uint64, fill byte) []byte {
+		b := bytes.Repeat([]byte{fill}, 64)
+		binary.LittleEndian.PutUint64(b[8:], v)
+		return b
+	}
+	cases := []struct {
+		stored, in []byte
+		newer, fork bool
+	}{
+		{nil, blk(1, 1), true, false},
+		{nil, blk(0, 1), false, false},
+		{blk(5, 1), blk(6, 2), true, false},
+		{blk(5, 1), blk(4, 2), false, false},
+		{blk(5, 1), blk(5, 1), false, false},
+		{blk(5, 1), blk(5, 2), false, true},
+	}
+	for i, c := range cases {
+		if got := VersionNewer(c.stored, c.in, 8); got != c.newer {
+			t.Errorf("case %d: VersionNewer = %v", i, got)
+		}
+		if got := VersionFork(c.stored, c.in, 8); got != c.fork {
+			t.Errorf("case %d: VersionFork = %v", i, got)
+		}
 	}
 }

@@ -2056,7 +2056,14 @@ type WriteRequest struct {
 	// reserved: the write may use the space each brick keeps for metadata
 	// (a file system's log and metadata blocks), so that a full volume still
 	// lets it commit, delete and free space.
-	Reserved      bool `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	Reserved bool `protobuf:"varint,7,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	// version_at, when not 0, makes the write versioned: 1 + the byte offset
+	// in each 4 KiB block of a little-endian uint64 version number. It must
+	// cover whole blocks; a block whose stored version is not below the new
+	// one is left as it is (a late or repeated write of an older state, e.g.
+	// one that sat in a TCP buffer while its writer gave up, retried and gave
+	// its lock away), and counted in WriteResponse.stale.
+	VersionAt     uint32 `protobuf:"varint,8,opt,name=version_at,json=versionAt,proto3" json:"version_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2140,8 +2147,16 @@ func (x *WriteRequest) GetReserved() bool {
 	return false
 }
 
+func (x *WriteRequest) GetVersionAt() uint32 {
+	if x != nil {
+		return x.VersionAt
+	}
+	return 0
+}
+
 type WriteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stale         uint32                 `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"` // versioned blocks left as they were
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2174,6 +2189,13 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WriteResponse) GetStale() uint32 {
+	if x != nil {
+		return x.Stale
+	}
+	return 0
 }
 
 type ReadRequest struct {
@@ -3170,7 +3192,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"timeUnixNs\".\n" +
 	"\x06Writer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xc2\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xe1\x01\n" +
 	"\fWriteRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -3178,8 +3200,11 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x12\n" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12+\n" +
 	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
-	"\breserved\x18\a \x01(\bR\breserved\"\x0f\n" +
-	"\rWriteResponse\"\x98\x01\n" +
+	"\breserved\x18\a \x01(\bR\breserved\x12\x1d\n" +
+	"\n" +
+	"version_at\x18\b \x01(\rR\tversionAt\"%\n" +
+	"\rWriteResponse\x12\x14\n" +
+	"\x05stale\x18\x01 \x01(\rR\x05stale\"\x98\x01\n" +
 	"\vReadRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
