@@ -79,7 +79,7 @@ func TestVersionNewer(t *testing.T) {
 		return b
 	}
 	cases := []struct {
-		stored, in []byte
+		stored, in  []byte
 		newer, fork bool
 	}{
 		{nil, blk(1, 1), true, false},
