@@ -246,12 +246,14 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 }
 
 // replicate applies ops locally and on every other member, in parallel,
-// and succeeds only if all did. A member that failed may have missed what
-// the others applied: the PG is marked faulty until the coordinator has made
-// that member syncing (it is then backfilled before it can lead). When this
-// brick's own apply failed and an in-sync member applied the ops, this
-// brick is the one that missed them (see fault.go); when only syncing
-// members applied them, those are backfilled again from here. reserved
+// and succeeds once this brick and every in-sync member did (repl.Decide).
+// A member that failed may have missed what the others applied: it is
+// marked faulty until the coordinator has made it syncing (it is then
+// backfilled before it can lead). While an in-sync member is faulty the PG
+// refuses requests (checkFault), so a write refused by a full or failing
+// backup comes back Unavailable and its retry succeeds on the members left
+// in sync. When this brick's own apply failed and an in-sync member applied
+// the ops, this brick is the one that missed them (see fault.go). reserved
 // ops may use the space stores keep for metadata (store.ApplyReserved).
 func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op, reserved bool) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
@@ -277,43 +279,42 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 				cancel()
 			}
 			if err != nil {
-				code := status.Code(err)
-				if code != codes.PermissionDenied && code != codes.ResourceExhausted {
-					code = codes.Unavailable
-				}
-				err = status.Errorf(code, "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
+				err = status.Errorf(status.Code(err), "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
 			}
 			results <- result{b, err}
 		}()
 	}
-	var first error
-	var failed, applied []string
-	localFailed := false
+	var applied, failed []string
+	var localErr, fenceErr, first error
 	for range len(others) + 1 {
 		r := <-results
-		if r.err == nil {
+		switch {
+		case r.err == nil:
 			applied = append(applied, r.brick)
 			continue
+		case r.brick == s.cfg.Name:
+			localErr = r.err
+		case status.Code(r.err) == codes.PermissionDenied:
+			fenceErr = r.err
 		}
+		failed = append(failed, r.brick)
 		if first == nil {
 			first = r.err
 		}
-		switch {
-		case r.brick == s.cfg.Name:
-			localFailed = true
-		case status.Code(r.err) != codes.PermissionDenied:
-			failed = append(failed, r.brick) // a fenced write is refused everywhere
-		}
 	}
-	if localFailed && len(applied) > 0 {
-		if slices.ContainsFunc(applied, func(b string) bool { return !slices.Contains(p.Syncing, b) }) {
-			failed = append(failed, s.cfg.Name)
-		} else {
-			failed = append(failed, applied...)
-		}
+	out := repl.Decide(s.cfg.Name, applied, failed, fenceErr != nil, p.Syncing)
+	if len(out.Missed) > 0 {
+		s.markFault(pgKey{v.ID, pg}, p.Since, out.Missed)
 	}
-	if len(failed) > 0 {
-		s.markFault(pgKey{v.ID, pg}, p.Since, failed)
+	switch {
+	case out.OK:
+		return nil
+	case fenceErr != nil:
+		return fenceErr
+	case out.Retry:
+		return status.Errorf(codes.Unavailable, "volume %s pg %d: %s; the replicas that missed it are being resynced: retry", v.Name, pg, errMsg(first))
+	case localErr != nil:
+		return localErr
 	}
 	return first
 }

@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 )
 
 // CounterBits is the width of the per-epoch counter in a seq.
@@ -104,4 +105,43 @@ func versionAt(b []byte, off int) uint64 {
 		return 0
 	}
 	return binary.LittleEndian.Uint64(b[off:])
+}
+
+// Outcome is what a primary makes of one change it applied locally and
+// forwarded to the other members of a PG.
+type Outcome struct {
+	// Missed lists members that may lack the change while another member
+	// has it (the primary itself included): each must be resynced.
+	Missed []string
+	// OK: the primary and every in-sync member applied it: acknowledge.
+	OK bool
+	// Retry: not OK, but a retry can succeed once Missed are resynced (a
+	// backup failed, or the primary failed while an in-sync member took it).
+	Retry bool
+}
+
+// Decide returns the outcome of a replicated change: self is the primary,
+// applied and failed the members that applied it or not, fenced whether
+// some member refused the writer as fenced, syncing the members still
+// being backfilled (they receive every change but are no replicas yet: a
+// failure there only restarts their backfill).
+func Decide(self string, applied, failed []string, fenced bool, syncing []string) Outcome {
+	inSync := func(b string) bool { return !slices.Contains(syncing, b) }
+	if slices.Contains(applied, self) {
+		out := Outcome{Missed: slices.Clone(failed)}
+		out.OK = !fenced && !slices.ContainsFunc(failed, inSync)
+		out.Retry = !out.OK && !fenced
+		return out
+	}
+	others := slices.DeleteFunc(slices.Clone(applied), func(b string) bool { return b == self })
+	switch {
+	case slices.ContainsFunc(others, inSync):
+		// An in-sync member has what this primary lacks: it must lead.
+		missed := append([]string{self}, slices.DeleteFunc(slices.Clone(failed), func(b string) bool { return b == self })...)
+		return Outcome{Missed: missed, Retry: !fenced}
+	case len(others) > 0:
+		// Only syncing members took it: backfill them again from here.
+		return Outcome{Missed: others}
+	}
+	return Outcome{}
 }

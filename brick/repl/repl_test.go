@@ -3,6 +3,7 @@ package repl
 import (
 	"bytes"
 	"encoding/binary"
+	"slices"
 	"testing"
 )
 
@@ -95,6 +96,30 @@ func TestVersionNewer(t *testing.T) {
 		}
 		if got := VersionFork(c.stored, c.in, 8); got != c.fork {
 			t.Errorf("case %d: VersionFork = %v", i, got)
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	cases := []struct {
+		name            string
+		applied, failed []string
+		fenced          bool
+		syncing         []string
+		want            Outcome
+	}{
+		{"all applied", []string{"p", "a", "b"}, nil, false, nil, Outcome{OK: true}},
+		{"in-sync backup failed", []string{"p", "a"}, []string{"b"}, false, nil, Outcome{Missed: []string{"b"}, Retry: true}},
+		{"syncing backup failed", []string{"p", "a"}, []string{"b"}, false, []string{"b"}, Outcome{Missed: []string{"b"}, OK: true}},
+		{"fenced at a backup", []string{"p", "a"}, []string{"b"}, true, nil, Outcome{Missed: []string{"b"}}},
+		{"primary failed, in-sync took it", []string{"a"}, []string{"p", "b"}, false, nil, Outcome{Missed: []string{"p", "b"}, Retry: true}},
+		{"primary failed, syncing took it", []string{"b"}, []string{"p", "a"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
+		{"nobody took it", nil, []string{"p", "a", "b"}, false, nil, Outcome{}},
+	}
+	for _, c := range cases {
+		got := Decide("p", c.applied, c.failed, c.fenced, c.syncing)
+		if !slices.Equal(got.Missed, c.want.Missed) || got.OK != c.want.OK || got.Retry != c.want.Retry {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }
