@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"time"
 
@@ -208,21 +207,9 @@ func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volum
 }
 
 func inventory(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[store.Key]uint64, error) {
-	st, err := cl.Inventory(ctx, r)
-	if err != nil {
-		return nil, err
-	}
 	out := map[store.Key]uint64{}
-	for {
-		resp, err := st.Recv()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range resp.Entries {
-			out[store.Key{Vol: r.Vol, Block: e.Block, Gen: e.Gen}] = e.Seq
-		}
-	}
+	err := pb.ReadInventory(ctx, cl, r, func(e *pb.InventoryEntry) {
+		out[store.Key{Vol: r.Vol, Block: e.Block, Gen: e.Gen}] = e.Seq
+	})
+	return out, err
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -121,21 +120,7 @@ func diffInventories(pg uint32, members []string, inv map[string]map[blockKey]ui
 }
 
 func inventoryOf(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[blockKey]uint64, error) {
-	st, err := cl.Inventory(ctx, r)
-	if err != nil {
-		return nil, err
-	}
 	out := map[blockKey]uint64{}
-	for {
-		resp, err := st.Recv()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range resp.Entries {
-			out[blockKey{e.Block, e.Gen}] = e.Seq
-		}
-	}
+	err := pb.ReadInventory(ctx, cl, r, func(e *pb.InventoryEntry) { out[blockKey{e.Block, e.Gen}] = e.Seq })
+	return out, err
 }
