@@ -1,6 +1,7 @@
 package brick
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"time"
@@ -153,12 +154,18 @@ func (s *Server) reportFault(k pgKey) {
 			// checkFault starts reporting again if one is in sync by now.
 			return
 		}
+		// This brick last: the coordinator hands the lead to the next
+		// member in sync, which must not be one that missed the change.
+		slices.SortStableFunc(left, func(a, b string) int {
+			return cmp.Compare(boolInt(a == s.cfg.Name), boolInt(b == s.cfg.Name))
+		})
 		for _, b := range left {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err := s.replicaFailed(ctx, k, b)
 			cancel()
 			if err != nil {
 				s.log.Warn("report failed replica", "vol", k.vol, "pg", k.pg, "brick", b, "err", err)
+				break // in order: try again
 			}
 		}
 		select {
@@ -175,4 +182,11 @@ func (s *Server) reportReplicaFailed(ctx context.Context, k pgKey, brick string)
 		_, err := cl.ReplicaFailed(ctx, &pb.ReplicaFailedRequest{Vol: k.vol, Pg: k.pg, Brick: brick, Primary: s.cfg.Name})
 		return err
 	})
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -66,3 +66,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestSelfFaultReportedLast: when this primary and a backup both missed a
+// change another member applied, the backup is reported first, so the
+// lead the coordinator hands on never goes to a member without the change.
+func TestSelfFaultReportedLast(t *testing.T) {
+	var mu sync.Mutex
+	var reported []string
+	s := &Server{cfg: Config{Name: "b1"}, stop: make(chan struct{}),
+		pgFault: map[pgKey][]fault{}, pgFaultReporting: map[pgKey]bool{}}
+	s.replicaFailed = func(_ context.Context, k pgKey, brick string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, brick)
+		return nil
+	}
+	defer func() { close(s.stop); s.wg.Wait() }()
+	s.serving.Store(&clustermap.Map{Epoch: 4, Volumes: []clustermap.Volume{{ID: 1, Name: "v",
+		PGs: []clustermap.PG{{Bricks: []string{"b1", "b2", "b3"}, Since: 4}}}}})
+	s.markFault(pgKey{1, 0}, 4, []string{"b1", "b2"})
+	waitFor(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(reported) >= 2
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if reported[0] != "b2" || reported[1] != "b1" {
+		t.Fatalf("reported in the order %v, want the backup before this primary", reported)
+	}
+}
