@@ -66,10 +66,6 @@ func (s *Server) backfillLoop(k bfKey) {
 			return
 		}
 		n, since, err := s.backfill(ctx, k)
-		if err == nil && s.pendingFault(k.pgKey, k.target) {
-			// A change the target missed during this pass voids it.
-			err = fmt.Errorf("%s missed a change during the pass", k.target)
-		}
 		if err == nil {
 			s.log.Info("backfill done", "vol", k.vol, "pg", k.pg, "target", k.target, "blocks", n)
 			err = s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
@@ -111,9 +107,6 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	unlock := s.lockPG(k.pgKey)
 	horizon := s.lastSeq.Load()
 	mine, err := s.pgEntries(v, k.pg)
-	if err == nil {
-		s.clearFault(k.pgKey, k.target) // this pass covers what it missed so far
-	}
 	unlock()
 	if err != nil {
 		return 0, fmt.Errorf("own inventory: %w", err)

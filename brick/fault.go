@@ -57,13 +57,11 @@ func (s *Server) startReportLocked(k pgKey) {
 	go s.reportFault(k)
 }
 
-// faultResolved reports whether every failed member of k is syncing (under
-// a newer Since) or no longer a member in m, clearing the fault if so, and
-// lists the members left that still count as in sync: the PG must not
-// serve while one does. A member that failed while syncing blocks nothing,
-// but its backfill pass must not report it synced before the new Since
-// (pendingFault).
-func (s *Server) faultResolved(m *clustermap.Map, k pgKey) (blocking []string, ok bool) {
+// faultResolved reports whether every failed member of k is syncing under
+// a newer Since (a backfill pass that starts after the miss) or no longer a
+// member in m, clearing the fault if so; otherwise it lists the members
+// left: the PG must not serve until they are.
+func (s *Server) faultResolved(m *clustermap.Map, k pgKey) (left []string, ok bool) {
 	s.pgMu.Lock()
 	defer s.pgMu.Unlock()
 	failed := s.pgFault[k]
@@ -75,7 +73,7 @@ func (s *Server) faultResolved(m *clustermap.Map, k pgKey) (blocking []string, o
 		return []string{failed[0].brick}, false
 	}
 	p := v.PGs[k.pg]
-	var left []fault
+	var rest []fault
 	for _, f := range failed {
 		if f.brick == s.cfg.Name && p.Primary() == s.cfg.Name && len(p.InSync()) == 1 {
 			// This brick missed a change others applied, but none of
@@ -83,39 +81,16 @@ func (s *Server) faultResolved(m *clustermap.Map, k pgKey) (blocking []string, o
 			continue
 		}
 		if slices.Contains(p.Bricks, f.brick) && (!slices.Contains(p.Syncing, f.brick) || p.Since <= f.since) {
-			left = append(left, f)
-			if !slices.Contains(p.Syncing, f.brick) {
-				blocking = append(blocking, f.brick)
-			}
+			rest = append(rest, f)
+			left = append(left, f.brick)
 		}
 	}
-	if len(left) == 0 {
+	if len(rest) == 0 {
 		delete(s.pgFault, k)
 		return nil, true
 	}
-	s.pgFault[k] = left
-	return blocking, false
-}
-
-// pendingFault reports whether brick missed a change of k since its
-// backfill pass began (clearFault): the pass does not count.
-func (s *Server) pendingFault(k pgKey, brick string) bool {
-	s.pgMu.Lock()
-	defer s.pgMu.Unlock()
-	return slices.ContainsFunc(s.pgFault[k], func(f fault) bool { return f.brick == brick })
-}
-
-// clearFault forgets brick's misses of k: a backfill pass of brick starts
-// (the caller holds k's PG lock), which covers them.
-func (s *Server) clearFault(k pgKey, brick string) {
-	s.pgMu.Lock()
-	defer s.pgMu.Unlock()
-	left := slices.DeleteFunc(s.pgFault[k], func(f fault) bool { return f.brick == brick })
-	if len(left) == 0 {
-		delete(s.pgFault, k)
-		return
-	}
-	s.pgFault[k] = left
+	s.pgFault[k] = rest
+	return left, false
 }
 
 // checkFault refuses requests of a faulty PG under the serving map m. A
@@ -124,13 +99,11 @@ func (s *Server) clearFault(k pgKey, brick string) {
 // the PG serves (reporting stopped when this brick stopped leading).
 func (s *Server) checkFault(m *clustermap.Map, v *clustermap.Volume, pg uint32) error {
 	k := pgKey{v.ID, pg}
-	if blocking, ok := s.faultResolved(m, k); !ok {
+	if left, ok := s.faultResolved(m, k); !ok {
 		s.pgMu.Lock()
 		s.startReportLocked(k)
 		s.pgMu.Unlock()
-		if len(blocking) > 0 {
-			return status.Errorf(codes.Unavailable, "volume %s pg %d: replicas %v missed a change and are being resynced; retry", v.Name, pg, blocking)
-		}
+		return status.Errorf(codes.Unavailable, "volume %s pg %d: replicas %v missed a change and are being resynced; retry", v.Name, pg, left)
 	}
 	return nil
 }
@@ -148,10 +121,7 @@ func (s *Server) reportFault(k pgKey) {
 		m := s.serving.Load()
 		left, ok := s.faultResolved(m, k)
 		v := m.VolumeByID(k.vol)
-		if ok || len(left) == 0 || v == nil || int(k.pg) >= len(v.PGs) || v.PGs[k.pg].Primary() != s.cfg.Name {
-			// Members that missed a change while syncing need no report:
-			// their backfill pass is void and runs again (pendingFault).
-			// checkFault starts reporting again if one is in sync by now.
+		if ok || v == nil || int(k.pg) >= len(v.PGs) || v.PGs[k.pg].Primary() != s.cfg.Name {
 			return
 		}
 		// This brick last: the coordinator hands the lead to the next

@@ -246,15 +246,15 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 }
 
 // replicate applies ops locally and on every other member, in parallel,
-// and succeeds once this brick and every in-sync member did (repl.Decide).
-// A member that failed may have missed what the others applied: it is
-// marked faulty until the coordinator has made it syncing (it is then
-// backfilled before it can lead). While an in-sync member is faulty the PG
-// refuses requests (checkFault), so a write refused by a full or failing
-// backup comes back Unavailable and its retry succeeds on the members left
-// in sync. When this brick's own apply failed and an in-sync member applied
-// the ops, this brick is the one that missed them (see fault.go). reserved
-// ops may use the space stores keep for metadata (store.ApplyReserved).
+// and succeeds only if all did (repl.Decide). A member that failed may
+// have missed what the others applied: it is marked faulty until the
+// coordinator has made it syncing (under a new Since, so a backfill pass
+// that predates the miss does not count) and the PG refuses requests
+// meanwhile (checkFault). A write an in-sync backup refused (full, failing)
+// comes back Unavailable: its retry succeeds on the members left in sync.
+// When this brick's own apply failed and an in-sync member applied the ops,
+// this brick is the one that missed them (see fault.go). reserved ops may
+// use the space stores keep for metadata (store.ApplyReserved).
 func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op, reserved bool) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
 	type result struct {
@@ -279,7 +279,11 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 				cancel()
 			}
 			if err != nil {
-				err = status.Errorf(status.Code(err), "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
+				code := status.Code(err)
+				if code != codes.PermissionDenied && code != codes.ResourceExhausted {
+					code = codes.Unavailable
+				}
+				err = status.Errorf(code, "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
 			}
 			results <- result{b, err}
 		}()

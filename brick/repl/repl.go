@@ -115,22 +115,25 @@ type Outcome struct {
 	Missed []string
 	// OK: the primary and every in-sync member applied it: acknowledge.
 	OK bool
-	// Retry: not OK, but a retry can succeed once Missed are resynced (a
-	// backup failed, or the primary failed while an in-sync member took it).
+	// Retry: not OK, but a retry can succeed once Missed are resynced: an
+	// in-sync backup failed (it leaves the in-sync set), or the primary
+	// failed while an in-sync member took the change (that one leads).
+	// Not when a syncing member failed: it stays a member, and would
+	// refuse the retry again (say its disk is full).
 	Retry bool
 }
 
 // Decide returns the outcome of a replicated change: self is the primary,
 // applied and failed the members that applied it or not, fenced whether
 // some member refused the writer as fenced, syncing the members still
-// being backfilled (they receive every change but are no replicas yet: a
-// failure there only restarts their backfill).
+// being backfilled (they receive every change; one that misses a change
+// is marked again, so that its backfill pass starts over).
 func Decide(self string, applied, failed []string, fenced bool, syncing []string) Outcome {
 	inSync := func(b string) bool { return !slices.Contains(syncing, b) }
 	if slices.Contains(applied, self) {
 		out := Outcome{Missed: slices.Clone(failed)}
-		out.OK = !fenced && !slices.ContainsFunc(failed, inSync)
-		out.Retry = !out.OK && !fenced
+		out.OK = !fenced && len(failed) == 0
+		out.Retry = !out.OK && !fenced && !slices.ContainsFunc(failed, func(b string) bool { return !inSync(b) })
 		return out
 	}
 	others := slices.DeleteFunc(slices.Clone(applied), func(b string) bool { return b == self })

@@ -110,7 +110,7 @@ func TestDecide(t *testing.T) {
 	}{
 		{"all applied", []string{"p", "a", "b"}, nil, false, nil, Outcome{OK: true}},
 		{"in-sync backup failed", []string{"p", "a"}, []string{"b"}, false, nil, Outcome{Missed: []string{"b"}, Retry: true}},
-		{"syncing backup failed", []string{"p", "a"}, []string{"b"}, false, []string{"b"}, Outcome{Missed: []string{"b"}, OK: true}},
+		{"syncing backup failed", []string{"p", "a"}, []string{"b"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
 		{"fenced at a backup", []string{"p", "a"}, []string{"b"}, true, nil, Outcome{Missed: []string{"b"}}},
 		{"primary failed, in-sync took it", []string{"a"}, []string{"p", "b"}, false, nil, Outcome{Missed: []string{"p", "b"}, Retry: true}},
 		{"primary failed, syncing took it", []string{"b"}, []string{"p", "a"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
