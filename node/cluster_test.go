@@ -79,6 +79,17 @@ func (tc *testCluster) createVolume(name string, replicas uint32) {
 	}
 }
 
+// openVolume opens volume name as writer "w"; closed at cleanup.
+func (tc *testCluster) openVolume(name string) *volume.Volume {
+	tc.t.Helper()
+	v, err := volume.Open(context.Background(), tc.cl, name, volume.Options{Writer: "w"})
+	if err != nil {
+		tc.t.Fatal(err)
+	}
+	tc.t.Cleanup(v.Close)
+	return v
+}
+
 func TestInProcessWriteKillRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

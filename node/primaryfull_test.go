@@ -43,11 +43,7 @@ func TestPrimaryOutOfSpace(t *testing.T) {
 	}
 	tc.createVolume("v", 3)
 	ctx := context.Background()
-	v, err := volume.Open(ctx, tc.cl, "v", volume.Options{Writer: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := tc.openVolume("v")
 	m, err := tc.cl.Map(ctx, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -19,11 +19,7 @@ func TestVersionedWrites(t *testing.T) {
 	tc := newTestCluster(t, 3)
 	tc.createVolume("v", 3)
 	ctx := context.Background()
-	v, err := volume.Open(ctx, tc.cl, "v", volume.Options{Writer: "w"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
+	v := tc.openVolume("v")
 	blocks := func(version uint64, fill byte) []byte {
 		p := bytes.Repeat([]byte{fill}, 2*4096)
 		binary.LittleEndian.PutUint64(p[8:], version)
