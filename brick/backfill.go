@@ -105,7 +105,7 @@ func (s *Server) backfill(ctx context.Context, k bfKey) (sent int64, since uint6
 
 func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v *clustermap.Volume) (int64, error) {
 	unlock := s.lockPG(k.pgKey)
-	horizon := s.lastSeq.Load()
+	horizon := s.horizon(k.pgKey)
 	mine, err := s.pgEntries(v, k.pg)
 	unlock()
 	if err != nil {
@@ -119,17 +119,7 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", k.target, err)
 	}
-	// The keys to look at: those that differ, and those only the target has.
-	var keys []store.Key
-	for _, e := range mine {
-		if seq, ok := theirs[e.Key]; !ok || seq != e.Seq {
-			keys = append(keys, e.Key)
-		}
-		delete(theirs, e.Key)
-	}
-	for key := range theirs {
-		keys = append(keys, key)
-	}
+	keys := diffKeys(mine, theirs)
 	var sent int64
 	for len(keys) > 0 {
 		n := min(len(keys), backfillBatchOps)
@@ -158,6 +148,13 @@ func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volum
 	if !ok {
 		return 0, fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.pg, k.target)
 	}
+	return s.pushKeys(ctx, m, v, k.pgKey, k.target, keys, theirs, horizon)
+}
+
+// pushKeys sends this brick's copies of keys to target as one backfill
+// batch under horizon (keys this brick no longer holds go as REMOVE with
+// the seq target reported in theirs). The caller holds the PG's lock.
+func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, k pgKey, target string, keys []store.Key, theirs map[store.Key]uint64, horizon uint64) (int64, error) {
 	var ops []store.Op
 	for _, key := range keys {
 		data, cur, err := s.store.Get(key)
@@ -185,7 +182,7 @@ func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volum
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	cl, err := s.peers.client(m, k.target)
+	cl, err := s.peers.client(m, target)
 	if err != nil {
 		return 0, err
 	}
@@ -193,10 +190,27 @@ func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volum
 	defer cancel()
 	_, err = cl.Backfill(bctx, &pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg, Primary: s.cfg.Name, Ops: toPB(ops), Horizon: horizon})
 	if err != nil {
-		return 0, fmt.Errorf("backfill to %s: %s", k.target, errMsg(err))
+		return 0, fmt.Errorf("backfill to %s: %s", target, errMsg(err))
 	}
 	backfilled.Add(float64(len(ops)))
 	return int64(len(ops)), nil
+}
+
+// diffKeys lists the keys whose copy at a peer (theirs: key -> seq) differs
+// from mine: those with another seq, those only one side holds. It deletes
+// from theirs every key mine holds, leaving the keys only the peer holds.
+func diffKeys(mine []store.Entry, theirs map[store.Key]uint64) []store.Key {
+	var keys []store.Key
+	for _, e := range mine {
+		if seq, ok := theirs[e.Key]; !ok || seq != e.Seq {
+			keys = append(keys, e.Key)
+		}
+		delete(theirs, e.Key)
+	}
+	for key := range theirs {
+		keys = append(keys, key)
+	}
+	return keys
 }
 
 func inventory(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[store.Key]uint64, error) {

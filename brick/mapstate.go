@@ -61,6 +61,7 @@ func (s *Server) installer() {
 		s.served = make(chan struct{})
 		s.pgMu.Unlock()
 		s.startBackfills(m)
+		s.startReconciles()
 	}
 }
 

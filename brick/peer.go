@@ -27,6 +27,8 @@ var (
 		Help: "Corrupt blocks rewritten from a replica."})
 	backfilled = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_brick_backfilled_blocks_total",
 		Help: "Blocks sent to new or returning replicas."})
+	reconciled = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_brick_reconciled_blocks_total",
+		Help: "Blocks a new primary sent to in-sync replicas that differed from it (changes a failed primary never acknowledged)."})
 )
 
 // peers caches gRPC connections to other bricks by address.
@@ -114,6 +116,14 @@ func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary s
 	return s.checkEpoch(vol, pg, epoch)
 }
 
+// recheckMember repeats checkMember under the PG's lock against the newest
+// map: a new primary's inventory of this brick (taken under the same lock,
+// after this brick learned the new map) must not be followed by a change an
+// earlier primary sent before the map changed.
+func (s *Server) recheckMember(vol uint64, pg uint32, primary string, epoch uint64) error {
+	return s.checkMember(s.latest.Load(), vol, pg, primary, epoch)
+}
+
 // filterNewer drops ops this brick already has a newer copy of.
 func (s *Server) filterNewer(ops []store.Op, horizon uint64, backfill bool) ([]store.Op, error) {
 	out := ops[:0]
@@ -163,6 +173,9 @@ func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.Rep
 	}
 	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
+	if err := s.recheckMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+		return nil, err
+	}
 	if ops, err = s.filterNewer(ops, 0, false); err != nil {
 		return nil, storeErr(err, "replicate")
 	}
@@ -241,6 +254,9 @@ func (s *Server) applyBackfill(ctx context.Context, r *pb.BackfillRequest) (int6
 	}
 	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
 	defer unlock()
+	if err := s.recheckMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+		return 0, err
+	}
 	if ops, err = s.filterNewer(ops, r.Horizon, true); err != nil {
 		return 0, storeErr(err, "backfill")
 	}

@@ -37,7 +37,7 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, nil)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -162,7 +162,7 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	if r.Writer == nil {
 		return nil, status.Error(codes.InvalidArgument, "decommit without a writer id")
 	}
-	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer)
 	if err != nil {
 		return nil, err
 	}

@@ -108,9 +108,11 @@ func pgOf(m *clustermap.Map, vol uint64, pg uint32, off, n uint64) (*clustermap.
 // admit runs the primary's checks for a client request on a PG, in order:
 // the PG did not change since the request's epoch, this brick leads it with
 // a lease and a settled hand-off, the writer is not fenced (w nil: a read),
-// then takes the PG's lock (exclusive for changes, shared for reads) and
-// checks the PG is not waiting for a missed replica to be resynced.
-func (s *Server) admit(m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer) (unlock func(), err error) {
+// its in-sync replicas were reconciled since this brick took the lead
+// (reconcile.go), then takes the PG's lock (exclusive for changes, shared
+// for reads) and checks the PG is not waiting for a missed replica to be
+// resynced.
+func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer) (unlock func(), err error) {
 	if err := s.checkEpoch(v.ID, pg, epoch); err != nil {
 		return nil, err
 	}
@@ -121,6 +123,11 @@ func (s *Server) admit(m *clustermap.Map, v *clustermap.Volume, pg uint32, p *cl
 		if err := checkFence(m, w); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.ensureReconciled(ctx, m, v, pg, p); err != nil {
+		return nil, err
+	}
+	if w != nil {
 		unlock = s.lockPG(pgKey{v.ID, pg})
 	} else {
 		unlock = s.rlockPG(pgKey{v.ID, pg})
@@ -190,7 +197,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.admit(m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer)
 	if err != nil {
 		return nil, err
 	}

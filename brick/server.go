@@ -81,6 +81,9 @@ type Server struct {
 	pgFaultReporting map[pgKey]bool                                         // a reportFault goroutine runs for the PG
 	replicaFailed    func(ctx context.Context, k pgKey, brick string) error // reports to the coordinator (tests replace it)
 	pgLead           map[pgKey]uint64                                       // map epoch at which the PG's primary last changed
+	pgReconciled     map[pgKey]uint64                                       // the pgLead whose in-sync replicas were reconciled (reconcile.go)
+	reconciling      bool                                                   // reconcileLoop runs
+	reconcileAgain   bool                                                   // a map arrived while it ran
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -120,7 +123,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgLead: map[pgKey]uint64{},
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgLead: map[pgKey]uint64{}, pgReconciled: map[pgKey]uint64{},
 		pgFault: map[pgKey][]fault{}, pgFaultReporting: map[pgKey]bool{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
@@ -173,8 +176,9 @@ func (s *Server) Stop() {
 // Store exposes the local store (for status and tests).
 func (s *Server) Store() *store.Store { return s.store }
 
-// initSeq starts the seq counter above every seq already stored, so a
-// restarted primary never reuses one.
+// initSeq starts the seq counter above every seq already stored, and
+// above those it may have assigned without storing, so a restarted primary
+// never reuses one.
 func (s *Server) initSeq() error {
 	vols, err := s.store.Vols()
 	if err != nil {
@@ -189,9 +193,22 @@ func (s *Server) initSeq() error {
 			return fmt.Errorf("brick: scan volume %d: %w", v, err)
 		}
 	}
+	if maxSeq > 0 {
+		// Seqs this brick assigned before it stopped but never stored (its
+		// own apply runs beside the replication) may be on other members:
+		// start past them, so no seq names two different blocks.
+		maxSeq += restartSeqGap
+	}
 	s.lastSeq.Store(maxSeq)
 	return nil
 }
+
+// restartSeqGap is how far past its highest stored seq a restarted brick
+// starts assigning: more seqs than a brick can have assigned and not yet
+// stored (requests in flight times blocks per request). A map epoch's
+// counter (2^32) allows 256 restarts within one epoch; past that, writes
+// wait for the next epoch (repl.NextSeq).
+const restartSeqGap = 1 << 24
 
 func (s *Server) register(ctx context.Context) error {
 	st := s.store.Stats()
