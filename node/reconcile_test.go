@@ -140,4 +140,3 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-
