@@ -90,6 +90,19 @@ func (tc *testCluster) openVolume(name string) *volume.Volume {
 	return v
 }
 
+// readAt reads n bytes at off from v, failing the test on an error (30 s,
+// retries included).
+func readAt(t testing.TB, v *volume.Volume, off uint64, n int) []byte {
+	t.Helper()
+	buf := make([]byte, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := v.ReadAt(ctx, buf, off); err != nil {
+		t.Fatalf("read at %d: %v", off, err)
+	}
+	return buf
+}
+
 func TestInProcessWriteKillRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

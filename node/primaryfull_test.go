@@ -80,18 +80,9 @@ func TestPrimaryOutOfSpace(t *testing.T) {
 		t.Fatalf("no write failed at a full primary (%d failed)", len(failed))
 	}
 	t.Logf("%d writes failed for lack of space, %d of them led by b0", len(failed), failedAtB0)
-	read := func(off uint64) []byte {
-		buf := make([]byte, 64<<10)
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := v.ReadAt(rctx, buf, off); err != nil {
-			t.Fatalf("read at %d: %v", off, err)
-		}
-		return buf
-	}
 	before := map[uint64][]byte{}
 	for _, off := range failed {
-		before[off] = read(off)
+		before[off] = readAt(t, v, off, 64<<10)
 	}
 	// The members still in sync hold the same blocks.
 	if diffs, err := v.VerifyReplicas(ctx, nil); err != nil || len(diffs) > 0 {
@@ -100,7 +91,7 @@ func TestPrimaryOutOfSpace(t *testing.T) {
 	tc.bricks[0].Stop()
 	tc.bricks[0] = nil
 	for _, off := range failed {
-		if got := read(off); !bytes.Equal(got, before[off]) {
+		if got := readAt(t, v, off, 64<<10); !bytes.Equal(got, before[off]) {
 			t.Fatalf("block at %d read %d… while the full brick was up and %d… after it stopped", off, before[off][0], got[0])
 		}
 	}

@@ -94,15 +94,6 @@ func TestNewPrimaryReconciles(t *testing.T) {
 		next = p.Primary()
 		return next != lead && !slices.Contains(p.Bricks, lead)
 	})
-	read := func(off uint64) []byte {
-		buf := make([]byte, limits.BlockBytes)
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := v.ReadAt(rctx, buf, off); err != nil {
-			t.Fatalf("read at %d: %v", off, err)
-		}
-		return buf
-	}
 	// The background reconciliation makes the in-sync members agree even
 	// on PGs nobody reads.
 	waitUntil(t, 30*time.Second, "in-sync replicas agreeing", func() bool {
@@ -115,7 +106,7 @@ func TestNewPrimaryReconciles(t *testing.T) {
 	})
 	before := map[uint64][]byte{}
 	for _, c := range cases {
-		before[c.off] = read(c.off)
+		before[c.off] = readAt(t, v, c.off, limits.BlockBytes)
 		if !bytes.Equal(before[c.off], acked) && !bytes.Equal(before[c.off], lost) {
 			t.Fatalf("block at %d reads neither the acknowledged write nor the failed one", c.off)
 		}
@@ -124,7 +115,7 @@ func TestNewPrimaryReconciles(t *testing.T) {
 	tc.bricks[brickOf(next)].Stop()
 	tc.bricks[brickOf(next)] = nil
 	for _, c := range cases {
-		if got := read(c.off); !bytes.Equal(got, before[c.off]) {
+		if got := readAt(t, v, c.off, limits.BlockBytes); !bytes.Equal(got, before[c.off]) {
 			t.Fatalf("block at %d read %#x… under %s and %#x… after it stopped: a block changed with no write", c.off, before[c.off][0], next, got[0])
 		}
 	}
