@@ -31,7 +31,9 @@ vet:
 CHAOS_PKG := ./test/chaos
 test: deps vet build
 	$(GO) test -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/test/chaos$$')
-	$(GO) test -count=1 -timeout 20m $(CHAOS_PKG)
+	rm -f bin/chaos-summary.txt
+	$(GO) test -count=1 -timeout 20m $(CHAOS_PKG) -args -chaos.summary=$(CURDIR)/bin/chaos-summary.txt
+	@if [ -f bin/chaos-summary.txt ]; then cat bin/chaos-summary.txt; fi
 
 test-short: build
 	$(GO) test -short -timeout 10m ./...

@@ -57,6 +57,7 @@ var (
 	flagCrashIters = flag.Int("chaos.crash-iterations", 0, "crash points to explore (default 5; 200 in long mode)")
 	flagLong       = flag.Bool("chaos.long", false, "long mode: longer runs, more crash points")
 	flagKeep       = flag.Bool("chaos.keep", false, "keep every run's directory, not only those of failed runs")
+	flagSummary    = flag.String("chaos.summary", "", "also write the summary table to this file (go test shows a passing package's output only with -v)")
 )
 
 // total sums every run of the package; TestMain prints its table.
@@ -87,6 +88,11 @@ func TestMain(m *testing.M) {
 	total.Lock()
 	if total.Runs > 0 {
 		fmt.Printf("\n%s", total.Table())
+		if *flagSummary != "" {
+			if err := os.WriteFile(*flagSummary, []byte(total.Table()), 0o644); err != nil {
+				fmt.Fprintf(os.Stderr, "chaos: write summary: %v\n", err)
+			}
+		}
 	}
 	total.Unlock()
 	if bin.dir != "" {
