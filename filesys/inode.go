@@ -163,7 +163,11 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	}
 	if old.HWM > 0 {
 		// Bytes of an earlier file at this number may remain after a
-		// crash: clear them before the number is reused.
+		// crash: clear them before the number is reused, once the record
+		// that freed it is durable (it may be in this node's log only).
+		if err := fs.Sync(t.ctx); err != nil {
+			return 0, nil, err
+		}
 		fs.data.settle(ino)
 		if err := fs.cfg.Dev.Decommit(t.ctx, layout.ExtentAddr(ino), old.HWM); err != nil {
 			return 0, nil, fs.ioError("clear a reused extent", layout.ExtentAddr(ino), err)
@@ -208,14 +212,13 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 }
 
 // clearExtent decommits a freed regular file's data and records that the
-// extent is clean. Best effort: a later allocation clears it otherwise.
+// extent is clean. It holds the inode's lock, so nobody allocates the inode
+// meanwhile, and syncs the log first: the record that freed the inode must
+// be durable before its data goes, or a crash would bring the file back
+// (the free lost with the log's tail) over zeros. Best effort: a later
+// allocation clears the extent otherwise.
 func (fs *FS) clearExtent(ctx context.Context, ino uint64, hwm uint64) {
 	if hwm == 0 {
-		return
-	}
-	fs.data.settle(ino)
-	if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), hwm); err != nil {
-		fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
 		return
 	}
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
@@ -230,6 +233,14 @@ func (fs *FS) clearExtent(ctx context.Context, ino uint64, hwm uint64) {
 	}
 	in, _, err := layout.DecodeInode(b, ino)
 	if err != nil || !in.Free() || in.HWM != hwm {
+		return
+	}
+	if err := fs.Sync(ctx); err != nil {
+		return
+	}
+	fs.data.settle(ino)
+	if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), hwm); err != nil {
+		fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
 		return
 	}
 	in.HWM = 0
