@@ -202,14 +202,8 @@ func TestTruncateCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Crash: the last truncate never reached the log.
-	close(a.stop)
-	a.flusher.Wait()
-	b := openSolo(t, dev, "b")
+	b := crashAndRecover(t, a, dev)
 	defer b.Close(ctx)
-	if err := b.Recover(ctx, "v", "a", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.cache = newCache()
 	n, err := b.Read(ctx, files[1].Ino, 0, got, 0)
 	if err != nil || !(n == len(data) && bytes.Equal(got[:n], data) || n == int(small) && bytes.Equal(got[:n], data[:small])) {
 		t.Fatalf("truncated file after the crash: %d bytes, %v; want %d or %d bytes of what was written", n, err, len(data), small)
@@ -242,14 +236,8 @@ func TestUnlinkCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Crash: whatever the log holds now is all that survives.
-	close(a.stop)
-	a.flusher.Wait()
-	b := openSolo(t, dev, "b")
+	b := crashAndRecover(t, a, dev)
 	defer b.Close(ctx)
-	if err := b.Recover(ctx, "v", "a", 1); err != nil {
-		t.Fatal(err)
-	}
-	b.cache = newCache()
 	attr, err := b.Lookup(ctx, RootIno, "f")
 	if errors.Is(err, ErrNotFound) {
 		return // the unlink was durable
@@ -261,4 +249,19 @@ func TestUnlinkCrash(t *testing.T) {
 	if n, err := b.Read(ctx, attr.Ino, 0, got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
 		t.Fatalf("the unlinked file is back after the crash but reads %d bytes (%v) starting %q; want what was written", n, err, got[:16])
 	}
+}
+
+// crashAndRecover stops node a (ID "a", session 1) as a crash would, with
+// its log as it is on dev, and returns node b after b recovered a's log,
+// with an empty cache.
+func crashAndRecover(t *testing.T, a *FS, dev *memDevice) *FS {
+	t.Helper()
+	close(a.stop)
+	a.flusher.Wait()
+	b := openSolo(t, dev, "b")
+	if err := b.Recover(context.Background(), "v", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	b.cache = newCache()
+	return b
 }
