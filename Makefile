@@ -23,14 +23,15 @@ vet:
 		if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
 
 # test: vet, then every test with the race detector on, including the
-# multi-process acceptance tests in test/e2e (they build bin/plumeria);
+# multi-process acceptance tests in test/e2e (they build bin/plumeria; Go's
+# test cache does not see that binary change, hence -count=1);
 # then the chaos harness's short mode on its own, without the race detector
 # (it drives separate processes): TestChaos (3 new seeds × 40 s of faults on
 # a cluster in network namespaces; skips plainly where namespaces are not
 # usable) and TestCrashPoints (5 SIGKILLs of an fs node on loopback).
 CHAOS_PKG := ./test/chaos
 test: deps vet build
-	$(GO) test -race -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/test/chaos$$')
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/test/chaos$$')
 	rm -f bin/chaos-summary.txt
 	$(GO) test -count=1 -timeout 20m $(CHAOS_PKG) -args -chaos.summary=$(CURDIR)/bin/chaos-summary.txt
 	@if [ -f bin/chaos-summary.txt ]; then cat bin/chaos-summary.txt; fi
