@@ -119,16 +119,11 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", k.target, err)
 	}
-	keys := diffKeys(mine, theirs)
-	var sent int64
-	for len(keys) > 0 {
-		n := min(len(keys), backfillBatchOps)
-		done, err := s.backfillBatch(ctx, k, v, keys[:n], theirs, horizon)
-		sent += done
-		if err != nil {
-			return sent, err
-		}
-		keys = keys[n:]
+	sent, err := pushDiff(mine, theirs, func(keys []store.Key) (int64, error) {
+		return s.backfillBatch(ctx, k, v, keys, theirs, horizon)
+	})
+	if err != nil {
+		return sent, err
 	}
 	select {
 	case <-s.stop:
@@ -196,10 +191,12 @@ func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.
 	return int64(len(ops)), nil
 }
 
-// diffKeys lists the keys whose copy at a peer (theirs: key -> seq) differs
-// from mine: those with another seq, those only one side holds. It deletes
-// from theirs every key mine holds, leaving the keys only the peer holds.
-func diffKeys(mine []store.Entry, theirs map[store.Key]uint64) []store.Key {
+// pushDiff sends, through send in batches of at most backfillBatchOps,
+// the keys whose copy at a peer (theirs: key -> seq, from its inventory)
+// differs from mine: another seq, or held by one side only. It deletes
+// from theirs every key mine holds, leaving the keys only the peer holds
+// (send turns those it no longer finds here into REMOVEs).
+func pushDiff(mine []store.Entry, theirs map[store.Key]uint64, send func(keys []store.Key) (int64, error)) (int64, error) {
 	var keys []store.Key
 	for _, e := range mine {
 		if seq, ok := theirs[e.Key]; !ok || seq != e.Seq {
@@ -210,7 +207,17 @@ func diffKeys(mine []store.Entry, theirs map[store.Key]uint64) []store.Key {
 	for key := range theirs {
 		keys = append(keys, key)
 	}
-	return keys
+	var sent int64
+	for len(keys) > 0 {
+		n := min(len(keys), backfillBatchOps)
+		done, err := send(keys[:n])
+		sent += done
+		if err != nil {
+			return sent, err
+		}
+		keys = keys[n:]
+	}
+	return sent, nil
 }
 
 func inventory(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[store.Key]uint64, error) {

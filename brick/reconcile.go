@@ -55,13 +55,11 @@ func (s *Server) needsReconcile(k pgKey) (lead uint64, need bool) {
 }
 
 // ensureReconciled reconciles PG pg of v under the serving map m, unless
-// that was done for the current lead. The caller holds mapMu shared and has
-// checked that this brick leads the PG (checkPrimary).
+// that was done for the current lead (checked again under the PG's lock:
+// another request may have done it meanwhile). The caller holds mapMu
+// shared and has checked that this brick leads the PG (checkPrimary).
 func (s *Server) ensureReconciled(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
 	k := pgKey{v.ID, pg}
-	if _, need := s.needsReconcile(k); !need {
-		return nil
-	}
 	unlock := s.lockPG(k)
 	defer unlock()
 	lead, need := s.needsReconcile(k)
@@ -125,18 +123,9 @@ func (s *Server) reconcileMember(ctx context.Context, m *clustermap.Map, v *clus
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", target, err)
 	}
-	keys := diffKeys(mine, theirs)
-	var sent int64
-	for len(keys) > 0 {
-		n := min(len(keys), backfillBatchOps)
-		done, err := s.pushKeys(ctx, m, v, k, target, keys[:n], theirs, horizon)
-		sent += done
-		if err != nil {
-			return sent, err
-		}
-		keys = keys[n:]
-	}
-	return sent, nil
+	return pushDiff(mine, theirs, func(keys []store.Key) (int64, error) {
+		return s.pushKeys(ctx, m, v, k, target, keys, theirs, horizon)
+	})
 }
 
 // startReconciles reconciles, in the background, the PGs this brick took
@@ -218,7 +207,8 @@ func (s *Server) reconcileOne(k pgKey) error {
 		return nil
 	}
 	p := &v.PGs[k.pg]
-	if err := s.checkPrimary(v, k.pg, p); err != nil {
+	reconciled, err := s.checkPrimary(v, k.pg, p)
+	if err != nil || reconciled {
 		return err
 	}
 	return s.ensureReconciled(s.ctx(), m, v, k.pg, p)

@@ -116,7 +116,8 @@ func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Vol
 	if err := s.checkEpoch(v.ID, pg, epoch); err != nil {
 		return nil, err
 	}
-	if err := s.checkPrimary(v, pg, p); err != nil {
+	reconciled, err := s.checkPrimary(v, pg, p)
+	if err != nil {
 		return nil, err
 	}
 	if w != nil {
@@ -124,8 +125,10 @@ func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Vol
 			return nil, err
 		}
 	}
-	if err := s.ensureReconciled(ctx, m, v, pg, p); err != nil {
-		return nil, err
+	if !reconciled {
+		if err := s.ensureReconciled(ctx, m, v, pg, p); err != nil {
+			return nil, err
+		}
 	}
 	if w != nil {
 		unlock = s.lockPG(pgKey{v.ID, pg})
@@ -139,21 +142,25 @@ func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Vol
 	return unlock, nil
 }
 
-// checkPrimary refuses unless this brick leads the PG and holds a lease.
-func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
+// checkPrimary refuses unless this brick leads the PG, holds a lease and
+// the hand-off has settled; it also reports whether the PG's replicas were
+// reconciled for this lead (reconcile.go), read under the same lock.
+func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG) (reconciled bool, err error) {
 	if p.Primary() != s.cfg.Name {
-		return status.Errorf(codes.Unavailable, "brick %s is not the primary of volume %s pg %d (%s is)", s.cfg.Name, v.Name, pg, p.Primary())
+		return false, status.Errorf(codes.Unavailable, "brick %s is not the primary of volume %s pg %d (%s is)", s.cfg.Name, v.Name, pg, p.Primary())
 	}
 	if !s.leaseValid() {
-		return status.Errorf(codes.Unavailable, "brick %s: primary lease expired (coordinator unreachable)", s.cfg.Name)
+		return false, status.Errorf(codes.Unavailable, "brick %s: primary lease expired (coordinator unreachable)", s.cfg.Name)
 	}
+	k := pgKey{v.ID, pg}
 	s.pgMu.Lock()
-	since := s.pgLead[pgKey{v.ID, pg}]
+	since := s.pgLead[k]
+	reconciled = s.pgReconciled[k] == since
 	s.pgMu.Unlock()
 	if s.installed.Load() < since {
-		return status.Errorf(codes.Unavailable, "brick %s: new primary of volume %s pg %d waits until the previous primary has learned map epoch %d", s.cfg.Name, v.Name, pg, since)
+		return false, status.Errorf(codes.Unavailable, "brick %s: new primary of volume %s pg %d waits until the previous primary has learned map epoch %d", s.cfg.Name, v.Name, pg, since)
 	}
-	return nil
+	return reconciled, nil
 }
 
 func checkFence(m *clustermap.Map, w *pb.Writer) error {

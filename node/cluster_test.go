@@ -103,6 +103,24 @@ func readAt(t testing.TB, v *volume.Volume, off uint64, n int) []byte {
 	return buf
 }
 
+// waitUntil polls cond until it holds, failing the test after d.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s after %v", what, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitFor is waitUntil with 10 s.
+func waitFor(t testing.TB, ok func() bool) {
+	t.Helper()
+	waitUntil(t, 10*time.Second, "condition reached", ok)
+}
+
 func TestInProcessWriteKillRead(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")

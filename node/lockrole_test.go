@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/plumeria-fs/plumeria/lock"
 	lockserver "github.com/plumeria-fs/plumeria/lock/server"
@@ -73,15 +72,5 @@ func TestLockRoleReincarnates(t *testing.T) {
 	waitFor(t, func() bool { return events.Load() == 2 })
 	if r.cur.Load() == first {
 		t.Fatal("the stopped incarnation still serves")
-	}
-}
-
-func waitFor(t *testing.T, ok func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

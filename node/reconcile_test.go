@@ -120,14 +120,3 @@ func TestNewPrimaryReconciles(t *testing.T) {
 		}
 	}
 }
-
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s after %v", what, d)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
