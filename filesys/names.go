@@ -102,7 +102,12 @@ func (fs *FS) lookupEntry(ctx context.Context, parent uint64, name string) (dir.
 		return dir.Entry{}, err
 	}
 	defer h.release()
-	t := fs.newTx(ctx)
+	return lookupLocked(fs.newTx(ctx), parent, name)
+}
+
+// lookupLocked finds name in directory parent; t's caller holds parent's
+// lock.
+func lookupLocked(t *tx, parent uint64, name string) (dir.Entry, error) {
 	_, d, err := newOpInodes(t).dir(parent)
 	if err != nil {
 		return dir.Entry{}, err
@@ -117,19 +122,69 @@ func (fs *FS) lookupEntry(ctx context.Context, parent uint64, name string) (dir.
 	return e, nil
 }
 
-// Lookup returns the attributes of name in directory parent.
+// lookupRaced, when set (tests), runs between a Lookup's two lock sets.
+var lookupRaced func(parent uint64, name string, ino uint64)
+
+// Lookup returns the attributes of name in directory parent. The entry and
+// the inode's attributes are read under both their locks at once: between
+// two lock sets another node could free the inode and reuse its number for
+// a new file, whose attributes (and generation) the caller would then take
+// for name's. Locks are taken in id order; when the child's id is below
+// the parent's, a first look learns the child and a second, holding both,
+// checks that name still names it.
 func (fs *FS) Lookup(ctx context.Context, parent uint64, name string) (Attr, error) {
+	if err := checkName(name); err != nil {
+		return Attr{}, err
+	}
+	var guess uint64 // the inode name held at the last look (0: none yet)
 	for try := 0; ; try++ {
-		e, err := fs.lookupEntry(ctx, parent, name)
+		if try > 0 && ctx.Err() != nil {
+			return Attr{}, fmt.Errorf("%w: lookup of %q: %v", ErrInterrupted, name, ctx.Err())
+		}
+		ws := []want{r(inodeLock(parent))}
+		if guess != 0 && guess != parent {
+			ws = append(ws, r(inodeLock(guess)))
+		}
+		h, err := fs.acquire(ctx, ws...)
 		if err != nil {
 			return Attr{}, err
 		}
-		a, err := fs.Getattr(ctx, e.Ino)
-		if errors.Is(err, ErrNotFound) && try < 100 {
-			continue // removed or replaced between the two locks
+		a, again, err := fs.lookupAttr(ctx, h, parent, name, guess)
+		h.release()
+		if err != nil || again == 0 {
+			return a, err
 		}
-		return a, err
+		guess = again
+		if lookupRaced != nil {
+			lookupRaced(parent, name, guess)
+		}
 	}
+}
+
+// lookupAttr reads name's entry in parent and its inode's attributes under
+// h, which holds parent's lock and guess's. A child that is neither guess
+// nor above parent (its lock cannot be added in order) is returned as
+// again: the caller locks it too and looks again.
+func (fs *FS) lookupAttr(ctx context.Context, h *held, parent uint64, name string, guess uint64) (_ Attr, again uint64, _ error) {
+	t := fs.newTx(ctx)
+	e, err := lookupLocked(t, parent, name)
+	if err != nil {
+		return Attr{}, 0, err
+	}
+	switch {
+	case e.Ino == guess || e.Ino == parent:
+	case e.Ino > parent && guess == 0:
+		if err := h.add(ctx, r(inodeLock(e.Ino))); err != nil {
+			return Attr{}, 0, err
+		}
+	default:
+		return Attr{}, e.Ino, nil
+	}
+	in, err := t.inode(e.Ino)
+	if err != nil {
+		return Attr{}, 0, err
+	}
+	return attrOf(e.Ino, in), 0, nil
 }
 
 // Getattr returns inode ino's attributes.
