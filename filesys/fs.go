@@ -116,6 +116,8 @@ type FS struct {
 		halted     bool              // Halt: fail without OnFail
 		opens      map[uint64]int    // local opens and holds (kernel references) by inode
 		orphans    map[uint64]uint64 // unlinked while open or held here, with their generation: freed on last Release
+		pinned     map[uint64]int    // local Opens by inode, covered by one pin of its open lock (iopen.go)
+		reaping    map[uint64]bool   // orphans a reaper waits to free (iopen.go)
 		invalidate func(ino uint64, dir bool, name string)
 		statfs     statfsCache
 	}
@@ -139,6 +141,7 @@ const (
 	rgLockBase    = 1 << 32
 	flockLockBase = 1 << 40 // + inode number: BSD flocks across nodes
 	posixLockBase = 1 << 41 // + inode number: POSIX record locks across nodes
+	// iopenLockBase (1 << 42) + inode number: open locks (iopen.go)
 )
 
 func inodeLock(ino uint64) uint64 { return inodeLockBase + ino }
@@ -164,6 +167,8 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		stop: make(chan struct{}), pressed: make(chan struct{}, 1), kick: make(chan struct{}, 1), stats: newStats(cfg.Registerer, cfg.Table)}
 	fs.mu.opens = map[uint64]int{}
 	fs.mu.orphans = map[uint64]uint64{}
+	fs.mu.pinned = map[uint64]int{}
+	fs.mu.reaping = map[uint64]bool{}
 	b := make([]byte, layout.BlockBytes)
 	if err := cfg.Dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
 		return nil, fmt.Errorf("read superblock: %w", err)

@@ -50,6 +50,7 @@ func (o *orphanTable) init(used []layout.Orphan) {
 	o.used = make([]bool, layout.OrphansMax)
 	for _, e := range used {
 		o.used[e.N] = true
+		o.pos[e.Ino] = e.N
 	}
 }
 
@@ -208,8 +209,13 @@ func (fs *FS) readOrphanTable(ctx context.Context, slot int) ([]layout.Orphan, e
 func (fs *FS) freeListed(ctx context.Context, slot int, es []layout.Orphan) (left []layout.Orphan, freed int) {
 	for _, e := range es {
 		ok, err := fs.freeListedOne(ctx, slot, e)
-		if err != nil {
+		switch {
+		case errors.Is(err, errOpenElsewhere), errors.Is(err, errOpenHere):
+			fs.log.Debug("an orphan of a log slot's table is still open", "slot", slot, "ino", e.Ino, "err", err)
+		case err != nil:
 			fs.log.Warn("could not free an orphan of a log slot's table", "slot", slot, "ino", e.Ino, "err", err)
+		}
+		if err != nil {
 			left = append(left, e)
 			continue
 		}
@@ -238,6 +244,9 @@ func (fs *FS) loadOwnTable(ctx context.Context) error {
 		fs.log.Info("freed orphans left in this node's log slot", "slot", fs.slot, "freed", freed, "left", len(left))
 	}
 	fs.orph.init(left)
+	for _, e := range left {
+		fs.reapWhenClosed(e.Ino, e.Gen)
+	}
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 // Inode lock prefetch. A new file's inode lock is almost never cached (the
 // number was free), so every create waited for a lock-server round trip.
 // After a create takes inode i of a group, the next few free numbers of
-// that group are locked in write mode in the background and their inode
-// blocks read; the creates that follow find both cached. The locks stay cached (sticky) like any
+// that group are locked in write mode in the background (inode and open
+// locks) and their inode blocks read; the creates that follow find both cached. The locks stay cached (sticky) like any
 // other; the clerk gives unused ones back after its idle time. Only free
 // inodes are asked for, so this takes nothing another node is using.
 type prefetcher struct {
@@ -56,7 +56,9 @@ func (fs *FS) prefetchAfter(g int, rg *layout.RG, i int) {
 			// The local lock too (fs.acquire): the inode block is read
 			// into the cache under it, and a create may be taking this
 			// inode meanwhile. Holding only this lock, it cannot deadlock.
-			if h, err := fs.acquire(ctx, w(inodeLock(ino))); err == nil {
+			// Its open lock too (iopen.go): removing the file then asks
+			// nobody whether another node has it open.
+			if h, err := fs.acquire(ctx, w(inodeLock(ino)), w(iopenLock(ino))); err == nil {
 				fs.load(ctx, layout.InodeAddr(ino), inodeLock(ino)) // a failure only leaves it uncached
 				h.release()
 			}

@@ -32,7 +32,7 @@ func (fs *FS) remove(ctx context.Context, parent uint64, name string, rmdir bool
 		if err != nil {
 			return err
 		}
-		freed, hwm, retry, err := fs.removeLocked(ctx, parent, name, e.Ino, rmdir)
+		freed, hwm, retry, err := fs.removeLocked(ctx, h, parent, name, e.Ino, rmdir)
 		h.release()
 		if retry {
 			continue
@@ -44,7 +44,7 @@ func (fs *FS) remove(ctx context.Context, parent uint64, name string, rmdir bool
 	}
 }
 
-func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino uint64, rmdir bool) (freed bool, hwm uint64, retry bool, err error) {
+func (fs *FS) removeLocked(ctx context.Context, h *held, parent uint64, name string, ino uint64, rmdir bool) (freed bool, hwm uint64, retry bool, err error) {
 	t := fs.newTx(ctx)
 	o := newOpInodes(t)
 	pin, d, err := o.dir(parent)
@@ -89,7 +89,7 @@ func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino 
 	pin.Mtime, pin.Ctime = now, now
 	cin.Ctime = now
 	o.mark(parent)
-	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(t, ino, cin.Gen)) {
+	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(ctx, h, t, ino, cin.Gen)) {
 		o.mark(ino)
 	} else {
 		delete(o.m, ino)
@@ -105,28 +105,41 @@ func (fs *FS) removeLocked(ctx context.Context, parent uint64, name string, ino 
 }
 
 // keepOrphan reports whether ino (generation gen), whose last link t
-// removes, is open or held here; if so it is freed on its last Release
-// instead of now, and t lists it in this node's orphan table.
-func (fs *FS) keepOrphan(t *tx, ino, gen uint64) bool {
+// removes under h, is open or held here or open on another node; if so it
+// is freed on its last local Release, or by a reaper once the other nodes
+// closed it (iopen.go), instead of now, and t lists it in this node's
+// orphan table.
+func (fs *FS) keepOrphan(ctx context.Context, h *held, t *tx, ino, gen uint64) bool {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
 	if fs.mu.opens[ino] > 0 {
 		fs.mu.orphans[ino] = gen
+		fs.mu.Unlock()
 		t.orphanAdd(ino, gen)
 		return true
 	}
-	return false
+	fs.mu.Unlock()
+	if !fs.openElsewhere(ctx, h, ino) {
+		return false
+	}
+	t.orphanAdd(ino, gen)
+	// The reaper frees it only after t commits: it needs ino's lock,
+	// which h holds until then.
+	fs.reapWhenClosed(ino, gen)
+	return true
 }
 
-// Open records one more local open of ino, generation gen (0: any). An
+// Open records one more local open of ino, generation gen (0: any), and
+// pins its open lock: no node frees the file while it is open here. An
 // inode freed since the caller looked it up (a rename replaced it), or
 // whose number now names a newer file, is ErrStale: the kernel then looks
 // the path up again. Counting the open before checking makes the check
 // race-free: an unlink that commits after the count keeps the inode.
 func (fs *FS) Open(ctx context.Context, ino, gen uint64) error {
-	fs.mu.Lock()
-	fs.mu.opens[ino]++
-	fs.mu.Unlock()
+	fs.Hold(ino)
+	if err := fs.pinOpen(ctx, ino); err != nil {
+		fs.Unhold(context.WithoutCancel(ctx), ino)
+		return err
+	}
 	a, err := fs.Getattr(ctx, ino)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -135,23 +148,33 @@ func (fs *FS) Open(ctx context.Context, ino, gen uint64) error {
 		err = fmt.Errorf("%w: inode %d is generation %d now, not %d", ErrStale, ino, a.Gen, gen)
 	}
 	if err != nil {
-		fs.Release(ctx, ino)
+		fs.Release(context.WithoutCancel(ctx), ino)
 	}
 	return err
 }
 
 // Hold counts one more local reference to ino without checking it: the
 // kernel learned its number (a LOOKUP or CREATE reply) and may still send
-// requests for it. Like an open it keeps an unlinked ino allocated, so
-// that its number names no other file meanwhile; Release ends it.
+// requests for it. Like an open it keeps an inode unlinked here allocated,
+// so that its number names no other file meanwhile; Unhold ends it. (It
+// does not pin the open lock: another node may free the file, and the
+// kernel's requests for it then fail with ErrStale.)
 func (fs *FS) Hold(ino uint64) {
 	fs.mu.Lock()
 	fs.mu.opens[ino]++
 	fs.mu.Unlock()
 }
 
-// Release ends one Open or Hold; the last one of an unlinked file frees it.
+// Release ends one Open; the last local reference of an unlinked file
+// frees it (or leaves it to a reaper while another node has it open).
 func (fs *FS) Release(ctx context.Context, ino uint64) {
+	fs.unpinOpen(ino)
+	fs.Unhold(ctx, ino)
+}
+
+// Unhold ends one Hold; the last local reference of an unlinked file
+// frees it.
+func (fs *FS) Unhold(ctx context.Context, ino uint64) {
 	fs.mu.Lock()
 	fs.mu.opens[ino]--
 	last := fs.mu.opens[ino] <= 0
@@ -175,21 +198,31 @@ func (fs *FS) freeOrphans(ctx context.Context) {
 	fs.mu.orphans = map[uint64]uint64{}
 	clear(fs.mu.opens)
 	fs.mu.Unlock()
+	fs.unpinAllOpens()
 	for ino, gen := range orphans {
 		fs.freeOrphan(ctx, ino, gen)
 	}
 }
 
 // freeOrphan frees ino if it is still the unlinked file of generation gen,
-// and clears its entry in this node's orphan table. A failure leaves the
-// entry: the inode is freed when this node's slot is next recovered or
-// claimed (or by fsck), so it is logged, not returned.
+// and clears its entry in this node's orphan table; while another node has
+// it open, a reaper does that later. A failure leaves the entry: the inode
+// is freed when this node's slot is next recovered or claimed (or by
+// fsck), so it is logged, not returned.
 func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
 	_, err := fs.freeIfOrphan(ctx, ino, gen, nil, func(t *tx) error {
 		t.orphanDel(ino)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err == nil, errors.Is(err, errOpenHere):
+	case errors.Is(err, errOpenElsewhere):
+		select {
+		case <-fs.stop: // unmounting: the slot is left for another node's janitor
+		default:
+			fs.reapWhenClosed(ino, gen)
+		}
+	default:
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
 	}
 }
@@ -197,7 +230,9 @@ func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
 // freeIfOrphan frees ino if it still is the unlinked file of generation
 // gen and clears its orphan-table entry (clearEntry stages that), in one
 // transaction under ino's and its group's locks and the extra ones. It
-// reports whether it freed the inode.
+// reports whether it freed the inode. An orphan open here is
+// errOpenHere (its last local Release frees it), one another node may have
+// open errOpenElsewhere; both leave the entry.
 func (fs *FS) freeIfOrphan(ctx context.Context, ino, gen uint64, extra []want, clearEntry func(t *tx) error) (bool, error) {
 	h, err := fs.acquire(ctx, append([]want{r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino)))}, extra...)...)
 	if err != nil {
@@ -211,6 +246,20 @@ func (fs *FS) freeIfOrphan(ctx context.Context, ino, gen uint64, extra []want, c
 	var hwm uint64
 	free := err == nil && in != nil && in.Nlink == 0 && in.Gen == gen
 	if free {
+		fs.mu.Lock()
+		here := fs.mu.opens[ino] > 0
+		if here {
+			fs.mu.orphans[ino] = gen
+		}
+		fs.mu.Unlock()
+		switch {
+		case here:
+			err = errOpenHere
+		case fs.openElsewhere(ctx, h, ino):
+			err = errOpenElsewhere
+		}
+	}
+	if free && err == nil {
 		if isReg(in) {
 			hwm = in.HWM
 		}

@@ -79,7 +79,7 @@ func (fs *FS) renameOnce(ctx context.Context, sd uint64, sname string, dd uint64
 		return false, 0, 0, err
 	}
 	defer h2.release()
-	return fs.renameLocked(ctx, sd, sname, src.Ino, dd, dname, dst.Ino, flags)
+	return fs.renameLocked(ctx, h2, sd, sname, src.Ino, dd, dname, dst.Ino, flags)
 }
 
 // isAncestor reports whether directory a is d or one of d's ancestors. The
@@ -109,7 +109,7 @@ func (fs *FS) isAncestor(ctx context.Context, a, d uint64) (bool, error) {
 	return false, fmt.Errorf("%w: directory tree deeper than 65536 (a cycle? run plumeria fsck)", ErrIO)
 }
 
-func (fs *FS) renameLocked(ctx context.Context, sd uint64, sname string, srcIno, dd uint64, dname string, dstIno uint64, flags uint32) (retry bool, freed, hwm uint64, err error) {
+func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string, srcIno, dd uint64, dname string, dstIno uint64, flags uint32) (retry bool, freed, hwm uint64, err error) {
 	t := fs.newTx(ctx)
 	o := newOpInodes(t)
 	sdin, sdir, err := o.dir(sd)
@@ -169,7 +169,7 @@ func (fs *FS) renameLocked(ctx context.Context, sd uint64, sname string, srcIno,
 			} else {
 				din.Nlink--
 			}
-			if din.Nlink == 0 && (isDir(din) || !fs.keepOrphan(t, dstIno, din.Gen)) {
+			if din.Nlink == 0 && (isDir(din) || !fs.keepOrphan(ctx, h, t, dstIno, din.Gen)) {
 				delete(o.m, dstIno)
 				if err := fs.freeInode(t, dstIno, din); err != nil {
 					return false, 0, 0, err

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -82,5 +83,95 @@ func TestFSCrashFreesOrphans(t *testing.T) {
 	}
 	if !rep.Clean() {
 		t.Fatalf("fsck after the crash: %v", rep.Problems)
+	}
+}
+
+// TestFSOpenOnOtherNodeKept: a file open on one node and unlinked (or
+// renamed over) on another keeps its inode: the open node reads its old
+// contents, its number is not reused, and it is freed when the open node
+// closes it or crashes (iopen locks, filesys/iopen.go).
+func TestFSOpenOnOtherNodeKept(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	tc := newFSCluster(t)
+	ctx := context.Background()
+	a, b := tc.mountFS("a"), tc.mountFS("b")
+	create := func(name, data string) filesys.Attr {
+		t.Helper()
+		f, err := a.FS.Create(ctx, filesys.RootIno, name, 0o644, filesys.Caller{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.FS.Write(ctx, f.Ino, f.Gen, []byte(data), 0, false); err != nil {
+			t.Fatal(err)
+		}
+		a.FS.Release(ctx, f.Ino) // Create opened it
+		return f
+	}
+	read := func(f filesys.Attr) (string, error) {
+		p := make([]byte, 64)
+		n, err := b.FS.Read(ctx, f.Ino, f.Gen, p, 0)
+		return string(p[:n]), err
+	}
+	gone := func(f filesys.Attr) bool {
+		g, err := a.FS.Getattr(ctx, f.Ino)
+		return errors.Is(err, filesys.ErrNotFound) || (err == nil && g.Gen != f.Gen)
+	}
+	f := create("f", "old contents of f")
+	create("g", "new f")
+	h := create("h", "contents of h")
+	for _, x := range []filesys.Attr{f, h} {
+		if err := b.FS.Open(ctx, x.Ino, x.Gen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.FS.Rename(ctx, filesys.RootIno, "g", filesys.RootIno, "f", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.FS.Unlink(ctx, filesys.RootIno, "h"); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []filesys.Attr{f, h} {
+		if got, err := read(x); err != nil || gone(x) {
+			t.Fatalf("inode %d, open on b, removed on a: read %q, %v; freed: %v", x.Ino, got, err, gone(x))
+		}
+	}
+	if got, _ := read(f); got != "old contents of f" {
+		t.Fatalf("b reads %q from the file a renamed over, want its old contents", got)
+	}
+	for i := range 20 {
+		n, err := a.FS.Create(ctx, filesys.RootIno, fmt.Sprintf("n%d", i), 0o644, filesys.Caller{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.FS.Release(ctx, n.Ino)
+		if n.Ino == f.Ino || n.Ino == h.Ino {
+			t.Fatalf("new file n%d took inode %d, which b has open", i, n.Ino)
+		}
+	}
+	// b closes f: a's reaper frees it.
+	b.FS.Release(ctx, f.Ino)
+	waitUntil(t, 30*time.Second, "a frees the file b closed", func() bool { return gone(f) })
+	if gone(h) {
+		t.Fatal("h freed while b has it open")
+	}
+	// b crashes with h open: h is freed once b's log was replayed.
+	b.Crash()
+	waitUntil(t, 60*time.Second, "a frees the file b had open when it crashed", func() bool { return gone(h) })
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	vol, err := volume.Open(ctx, tc.cl, "fs", volume.Options{Writer: "fsck"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vol.Close()
+	rep, err := fsck.Check(ctx, vol, fsck.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Clean() {
+		t.Fatalf("fsck: %v", rep.Problems)
 	}
 }

@@ -43,8 +43,9 @@ type FileSystem interface {
 	// alive); gen is the generation the kernel knows (0: any): a freed inode,
 	// or its number reused by a newer file, is ErrStale.
 	Open(ctx context.Context, ino, gen uint64) error
-	Hold(ino uint64)                         // the kernel learned ino: keep it (even unlinked) until Release
-	Release(ctx context.Context, ino uint64) // one Open or Hold ended
+	Hold(ino uint64)                         // the kernel learned ino: keep it (even unlinked) until Unhold
+	Unhold(ctx context.Context, ino uint64)  // one Hold ended
+	Release(ctx context.Context, ino uint64) // one Open ended
 	// Read and Write take the generation the kernel knows (0: any): a freed
 	// inode, or its number reused by a newer file, is ErrStale.
 	Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (int, error) // short only at EOF

@@ -36,9 +36,9 @@ func (k *kernelRefs) looked(fsys FileSystem, ino uint64) {
 	}
 }
 
-// forget gives back nlookup counts of ino; the last one releases it. The
-// release may free an unlinked file, which takes cluster locks, so it
-// runs on its own goroutine: FORGET is served on go-fuse's read loop.
+// forget gives back nlookup counts of ino; the last one unholds it. That
+// may free an unlinked file, which takes cluster locks, so it runs on its
+// own goroutine: FORGET is served on go-fuse's read loop.
 func (k *kernelRefs) forget(fsys FileSystem, ino, nlookup uint64) {
 	k.mu.Lock()
 	c, ok := k.n[ino]
@@ -53,7 +53,7 @@ func (k *kernelRefs) forget(fsys FileSystem, ino, nlookup uint64) {
 	}
 	k.mu.Unlock()
 	if nlookup >= c {
-		go fsys.Release(context.Background(), ino)
+		go fsys.Unhold(context.Background(), ino)
 	}
 }
 

@@ -460,6 +460,8 @@ func (f *memFS) Hold(ino uint64) {
 	}
 }
 
+func (f *memFS) Unhold(ctx context.Context, ino uint64) { f.Release(ctx, ino) }
+
 func (f *memFS) Release(_ context.Context, ino uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

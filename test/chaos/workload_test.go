@@ -293,11 +293,11 @@ func (r *registerWL) check(w *world) []check.Anomaly {
 		read := a.History[len(a.History)-1]
 		for _, op := range a.History[:len(a.History)-1] {
 			if op.Node != read.Node {
-				// docs/status.md: a file open on one node and unlinked on
-				// another is freed, and the reader's reads fail (ESTALE or
-				// EIO); they must never return other bytes.
-				out[i].Detail += " (a rename over the key from another node was under way: the reader's open inode was " +
-					"probably freed by the other node; docs/status.md says its reads then fail, never return other bytes)"
+				// A file open on one node and renamed over on another
+				// keeps its contents until closed (filesys/iopen.go);
+				// a lookup never returns another file (names.go Lookup).
+				out[i].Detail += " (a rename over the key from another node was under way: the reader must still read " +
+					"the file it opened, filesys/iopen.go, and its lookup must not return another file, filesys/names.go)"
 				break
 			}
 		}
