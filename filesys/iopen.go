@@ -39,7 +39,7 @@ func isIopenLock(l uint64) bool { return l >= iopenLockBase && l < iopenLockBase
 // openLockWait bounds how long a removal waits for another node to give up
 // a file's open lock (it gives it up at once unless the file is open
 // there) before leaving the file to the reaper.
-const openLockWait = 200 * time.Millisecond
+const openLockWait = 50 * time.Millisecond
 
 // pinOpen counts one more local Open of ino and, for the first one, pins
 // its open lock in read mode.

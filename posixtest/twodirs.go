@@ -46,6 +46,7 @@ func RunTwoDirs(t *testing.T, a, b string) {
 		{"overwrite_then_read", twoOverwriteThenRead},
 		{"rename_seen", twoRenameSeen},
 		{"unlink_seen", twoUnlinkSeen},
+		{"unlink_while_open", twoUnlinkWhileOpen},
 		{"mkdir_then_create", twoMkdirThenCreate},
 		{"chmod_seen", twoChmodSeen},
 		{"dir_chmod_seen", twoDirChmodSeen},
@@ -134,6 +135,47 @@ func twoUnlinkSeen(e *env, a, b string) {
 	e.stat(filepath.Join(a, "d"))
 	e.ok("rmdir in b", filepath.Join(b, "d"), unix.Rmdir(filepath.Join(b, "d")))
 	e.wantGone(filepath.Join(a, "d"))
+}
+
+// twoUnlinkWhileOpen: a file open in a and renamed over, or unlinked, in
+// b stays readable and writable through a's descriptor until it closes.
+func twoUnlinkWhileOpen(e *env, a, b string) {
+	for _, how := range []string{"rename over", "unlink"} {
+		f := filepath.Join(a, "f")
+		e.create(f, []byte("old contents"))
+		fd, err := unix.Open(f, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		e.ok("open in a", f, err)
+		if err != nil {
+			return
+		}
+		if how == "unlink" {
+			e.ok("unlink in b", filepath.Join(b, "f"), unix.Unlink(filepath.Join(b, "f")))
+		} else {
+			e.create(filepath.Join(b, "g"), []byte("new"))
+			e.ok("rename over in b", filepath.Join(b, "f"), unix.Rename(filepath.Join(b, "g"), filepath.Join(b, "f")))
+		}
+		buf := make([]byte, 64)
+		n, err := unix.Pread(fd, buf, 0)
+		e.ok("read in a after "+how+" in b", f, err)
+		e.wantData("read in a after "+how+" in b", f, buf[:max(n, 0)], []byte("old contents"))
+		_, err = unix.Pwrite(fd, []byte("OLD"), 0)
+		e.ok("write in a after "+how+" in b", f, err)
+		n, err = unix.Pread(fd, buf, 0)
+		e.ok("read back in a", f, err)
+		e.wantData("read back in a after "+how+" in b", f, buf[:max(n, 0)], []byte("OLD contents"))
+		var st unix.Stat_t
+		e.ok("fstat in a", f, unix.Fstat(fd, &st))
+		if st.Nlink != 0 || st.Size != int64(len("old contents")) {
+			e.Errorf("fstat %s after %s in b: nlink %d size %d, expected 0 and %d", f, how, st.Nlink, st.Size, len("old contents"))
+		}
+		e.ok("close in a", f, unix.Close(fd))
+		if how == "unlink" {
+			e.wantGone(f)
+		} else {
+			e.wantData("read in a of the new file", f, e.readFile(f), []byte("new"))
+			e.ok("unlink in a", f, unix.Unlink(f))
+		}
+	}
 }
 
 func twoMkdirThenCreate(e *env, a, b string) {
