@@ -107,8 +107,8 @@ func (fs *FS) openElsewhere(ctx context.Context, h *held, ino uint64) bool {
 	return !ok
 }
 
-// errOpenElsewhere: an orphan could not be freed, another node (or this
-// one) has it open.
+// errOpenElsewhere: an orphan could not be freed, another node may have
+// it open.
 var errOpenElsewhere = errors.New("open on another node")
 
 // reapWhenClosed frees orphan ino (generation gen, listed in this node's
