@@ -110,14 +110,10 @@ func (fs *FS) removeLocked(ctx context.Context, h *held, parent uint64, name str
 // closed it (iopen.go), instead of now, and t lists it in this node's
 // orphan table.
 func (fs *FS) keepOrphan(ctx context.Context, h *held, t *tx, ino, gen uint64) bool {
-	fs.mu.Lock()
-	if fs.mu.opens[ino] > 0 {
-		fs.mu.orphans[ino] = gen
-		fs.mu.Unlock()
+	if fs.heldHere(ino, gen) {
 		t.orphanAdd(ino, gen)
 		return true
 	}
-	fs.mu.Unlock()
 	if !fs.openElsewhere(ctx, h, ino) {
 		return false
 	}
@@ -126,6 +122,18 @@ func (fs *FS) keepOrphan(ctx context.Context, h *held, t *tx, ino, gen uint64) b
 	// which h holds until then.
 	fs.reapWhenClosed(ino, gen)
 	return true
+}
+
+// heldHere reports whether ino (generation gen, an orphan) is open or held
+// here; if so its last local Release frees it.
+func (fs *FS) heldHere(ino, gen uint64) bool {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.mu.opens[ino] > 0 {
+		fs.mu.orphans[ino] = gen
+		return true
+	}
+	return false
 }
 
 // Open records one more local open of ino, generation gen (0: any), and
@@ -217,11 +225,7 @@ func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
 	switch {
 	case err == nil, errors.Is(err, errOpenHere):
 	case errors.Is(err, errOpenElsewhere):
-		select {
-		case <-fs.stop: // unmounting: the slot is left for another node's janitor
-		default:
-			fs.reapWhenClosed(ino, gen)
-		}
+		fs.reapWhenClosed(ino, gen)
 	default:
 		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
 	}
@@ -246,14 +250,8 @@ func (fs *FS) freeIfOrphan(ctx context.Context, ino, gen uint64, extra []want, c
 	var hwm uint64
 	free := err == nil && in != nil && in.Nlink == 0 && in.Gen == gen
 	if free {
-		fs.mu.Lock()
-		here := fs.mu.opens[ino] > 0
-		if here {
-			fs.mu.orphans[ino] = gen
-		}
-		fs.mu.Unlock()
 		switch {
-		case here:
+		case fs.heldHere(ino, gen):
 			err = errOpenHere
 		case fs.openElsewhere(ctx, h, ino):
 			err = errOpenElsewhere

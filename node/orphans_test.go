@@ -72,17 +72,24 @@ func TestFSCrashFreesOrphans(t *testing.T) {
 	if err := b.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	tc.fsckClean("after the crash")
+}
+
+// fsckClean checks volume "fs" (no node mounted) and fails on any problem.
+func (tc *testCluster) fsckClean(when string) {
+	tc.t.Helper()
+	ctx := context.Background()
 	vol, err := volume.Open(ctx, tc.cl, "fs", volume.Options{Writer: "fsck"})
 	if err != nil {
-		t.Fatal(err)
+		tc.t.Fatal(err)
 	}
 	defer vol.Close()
 	rep, err := fsck.Check(ctx, vol, fsck.Options{})
 	if err != nil {
-		t.Fatal(err)
+		tc.t.Fatal(err)
 	}
 	if !rep.Clean() {
-		t.Fatalf("fsck after the crash: %v", rep.Problems)
+		tc.t.Fatalf("fsck %s: %v", when, rep.Problems)
 	}
 }
 
@@ -162,16 +169,5 @@ func TestFSOpenOnOtherNodeKept(t *testing.T) {
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	vol, err := volume.Open(ctx, tc.cl, "fs", volume.Options{Writer: "fsck"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer vol.Close()
-	rep, err := fsck.Check(ctx, vol, fsck.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.Clean() {
-		t.Fatalf("fsck: %v", rep.Problems)
-	}
+	tc.fsckClean("after the last close and the crash")
 }
