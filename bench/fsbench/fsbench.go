@@ -58,7 +58,7 @@ func FormatValue(v float64) string {
 
 // LowerIsBetter reports whether a smaller value of a metric with this unit
 // is better (durations) rather than larger (rates).
-func LowerIsBetter(unit string) bool { return unit == "s" }
+func LowerIsBetter(unit string) bool { return unit == "s" || unit == "ms" }
 
 // Config sizes the workloads. DefaultConfig gives the standard sizes.
 type Config struct {

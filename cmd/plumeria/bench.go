@@ -17,7 +17,7 @@ import (
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks; one line per metric: name value unit"}
 	benchDir(c) // `plumeria bench DIR`: file system workloads on a directory
-	c.AddCommand(benchVdiskCmd(), benchLocksCmd())
+	c.AddCommand(benchVdiskCmd(), benchLocksCmd(), benchTwoCmd())
 	return c
 }
 

@@ -32,7 +32,7 @@ func benchDir(c *cobra.Command) {
 		"  NAME value unit        on DIR\n" +
 		"  NAME_vs value unit     on DIR2\n" +
 		"  NAME_ratio DIR/DIR2 ratio(higher=better)   or ratio(lower=better) for seconds\n" +
-		"The subcommands benchmark the cluster's own layers."
+		"The subcommands benchmark the cluster's own layers (vdisk, locks) and two mounts of one volume (two)."
 	c.Example = "  plumeria bench /mnt/plumeria --vs /var/tmp\n" +
 		"  plumeria bench /mnt/plumeria --files 1000 --seq-size 256MiB --rand-ops 2000 --tree-files 300"
 	f := c.Flags()
