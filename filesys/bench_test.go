@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"sync"
 	"testing"
 	"time"
@@ -83,7 +84,9 @@ func (c *countingLocker) Acquire(ctx context.Context, table string, l uint64, mo
 }
 
 // TestInodeLockPrefetch: after a create, the locks of the next free
-// inodes of its group are asked for ahead of the creates that need them.
+// inodes of its group are asked for in a batch, ahead of the creates that
+// need them, and their inode blocks are cached; the creates that follow
+// keep the batches ahead of them.
 func TestInodeLockPrefetch(t *testing.T) {
 	ctx := context.Background()
 	dev := newMemDevice()
@@ -101,13 +104,31 @@ func TestInodeLockPrefetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs.prefetch.wg.Wait()
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	for ino := a.Ino + 1; ino <= a.Ino+prefetchAhead; ino++ {
-		if lk.asks[inodeLock(ino)] == 0 {
-			t.Errorf("inode %d (after new inode %d) was not locked ahead", ino, a.Ino)
+	check := func(from, to uint64) {
+		t.Helper()
+		lk.mu.Lock()
+		defer lk.mu.Unlock()
+		for ino := from; ino <= to; ino++ {
+			if lk.asks[inodeLock(ino)] == 0 || lk.asks[iopenLock(ino)] == 0 {
+				t.Errorf("inode %d (after new inode %d) was not locked ahead", ino, a.Ino)
+			}
+			fs.cache.mu.Lock()
+			cached := fs.cache.blocks[layout.InodeAddr(ino)] != nil
+			fs.cache.mu.Unlock()
+			if !cached {
+				t.Errorf("inode %d's block was not read ahead", ino)
+			}
 		}
 	}
+	check(a.Ino+1, a.Ino+prefetchBatch)
+	last := a
+	for i := range 2 * prefetchBatch {
+		if last, err = fs.Create(ctx, RootIno, fmt.Sprintf("g%d", i), 0o644, Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.prefetch.wg.Wait()
+	check(last.Ino+1, last.Ino+prefetchLow/2) // a batch may have been under way at the last trigger
 }
 
 // TestAllocPassesOverABusyInode: a free inode whose lock an operation

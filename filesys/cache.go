@@ -238,12 +238,29 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 		}
 		return fs.fail(fmt.Errorf("write log: %w", err))
 	}
+	// Runs of consecutive blocks (a batch of new inodes, a directory's
+	// hash blocks) go out as one write each: the volume splits it by
+	// chunk, and a brick checks each block's version on its own.
+	sort.Slice(snaps, func(i, j int) bool { return snaps[i].b.addr < snaps[j].b.addr })
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(16)
-	for _, s := range snaps {
+	for i := 0; i < len(snaps); {
+		n := 1
+		for i+n < len(snaps) && n < writeBackRunMax && snaps[i+n].b.addr == snaps[i].b.addr+uint64(n)*layout.BlockBytes {
+			n++
+		}
+		run := snaps[i : i+n]
+		i += n
 		g.Go(func() error {
-			if err := (blockDev{fs.cfg.Dev}).WriteAt(gctx, s.data, s.b.addr); err != nil {
-				return fs.ioError("write back metadata block", s.b.addr, err)
+			buf := run[0].data
+			if len(run) > 1 {
+				buf = make([]byte, 0, len(run)*layout.BlockBytes)
+				for _, s := range run {
+					buf = append(buf, s.data...)
+				}
+			}
+			if err := (blockDev{fs.cfg.Dev}).WriteAt(gctx, buf, run[0].b.addr); err != nil {
+				return fs.ioError(fmt.Sprintf("write back %d metadata blocks", len(run)), run[0].b.addr, err)
 			}
 			return nil
 		})
@@ -261,6 +278,9 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 	fs.stats.wroteBack(reason, len(snaps), start)
 	return nil
 }
+
+// writeBackRunMax bounds the blocks of one write-back write (256 KiB).
+const writeBackRunMax = 64
 
 // writeBackAll writes every dirty block back and releases the log space
 // they held.

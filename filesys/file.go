@@ -3,6 +3,7 @@ package filesys
 import (
 	"context"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -127,13 +128,20 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 }
 
 // killPriv clears setuid, and setgid of a group-executable file, as a
-// write or truncate by anyone does on Linux.
+// write or truncate by anyone does on Linux, and drops the file's
+// capabilities (security.capability). The kernel leaves all of it to the
+// file system (the FUSE adapter asks for FUSE_HANDLE_KILLPRIV_V2, which
+// spares a getxattr of security.capability before every write).
 func killPriv(in *layout.Inode) {
 	in.Mode &^= syscall.S_ISUID
 	if in.Mode&syscall.S_IXGRP != 0 {
 		in.Mode &^= syscall.S_ISGID
 	}
+	in.Xattrs = slices.DeleteFunc(in.Xattrs, func(x layout.Xattr) bool { return x.Name == xattrCaps })
 }
+
+// xattrCaps holds a file's capabilities (capabilities(7)).
+const xattrCaps = "security.capability"
 
 // toExtent moves an inline file's bytes to its extent (written before the
 // inode change is logged).
@@ -261,6 +269,9 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 	}
 	if set.Mode != nil {
 		in.Mode = in.Mode&typeMask | *set.Mode&0o7777
+	}
+	if set.KillPriv && isReg(in) {
+		killPriv(in)
 	}
 	if set.Uid != nil {
 		in.Uid = *set.Uid

@@ -272,7 +272,8 @@ func (fs *FS) Sync(ctx context.Context) error {
 }
 
 // SetInvalidator registers the callback told when a lock leaves this node:
-// the kernel must drop what it cached under it.
+// the kernel must drop what it cached under it (ino 0: everything, the
+// file system stopped).
 func (fs *FS) SetInvalidator(fn func(ino uint64, dir bool, name string)) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -285,15 +286,22 @@ func (fs *FS) LogStats() redo.Stats { return fs.rlog.Stats() }
 
 // fail records a fatal error (lease lost, fenced, log failed): every later
 // call returns ErrIO until the node remounts.
+// The kernel is told to drop everything it cached: this node can vouch for
+// nothing once its locks may be gone.
 func (fs *FS) fail(err error) error {
 	fs.mu.Lock()
-	defer fs.mu.Unlock()
-	if fs.mu.failed == nil {
+	first := fs.mu.failed == nil
+	if first {
 		fs.log.Error("file system stops: remount needed", "err", err)
 		fs.mu.failed = err
 		if fs.cfg.OnFail != nil && !fs.mu.halted {
 			go fs.cfg.OnFail(err)
 		}
+	}
+	invalidate := fs.mu.invalidate
+	fs.mu.Unlock()
+	if first && invalidate != nil {
+		invalidate(0, false, "")
 	}
 	return fmt.Errorf("%w: %v", ErrIO, err)
 }

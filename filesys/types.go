@@ -54,6 +54,9 @@ type SetAttr struct {
 	Uid, Gid     *uint32
 	Size         *uint64
 	Atime, Mtime *time.Time
+	// KillPriv clears setuid and setgid (of a group-executable file) and
+	// drops security.capability, as a chown of a regular file does.
+	KillPriv bool
 }
 
 // Caller is who asks: new inodes take its ids. Permission checks are the

@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"os"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -34,6 +37,7 @@ func (n *Node) startHTTP() error {
 	h := &httpServer{}
 	m := http.NewServeMux()
 	m.Handle("/metrics", promhttp.Handler())
+	handleProfiles(m)
 	if c := n.coord; c != nil {
 		d := dashboard.New(dashboard.Config{Logger: n.cfg.Logger, Status: func(ctx context.Context) ([]byte, error) {
 			r, err := c.Status(ctx, &pb.StatusRequest{})
@@ -82,9 +86,30 @@ func ServeMetrics(listen string) (*MetricsServer, error) {
 	}
 	m := http.NewServeMux()
 	m.Handle("/metrics", promhttp.Handler())
+	handleProfiles(m)
 	s := &MetricsServer{srv: &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
 	go s.srv.Serve(ln)
 	return s, nil
+}
+
+// handleProfiles serves Go's profiles (CPU, heap, block, mutex, goroutines)
+// under /debug/pprof/ next to /metrics: `go tool pprof
+// http://HOST:PORT/debug/pprof/profile?seconds=30`. Block and mutex
+// profiles sample only after SetBlockProfileRate / SetMutexProfileFraction
+// (PLUMERIA_PROFILE_RATES=1 in the environment turns both on at start).
+func handleProfiles(m *http.ServeMux) {
+	m.HandleFunc("/debug/pprof/", pprof.Index)
+	m.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	m.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	m.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	m.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+func init() {
+	if os.Getenv("PLUMERIA_PROFILE_RATES") == "1" {
+		runtime.SetBlockProfileRate(10000) // one sample per 10 µs blocked
+		runtime.SetMutexProfileFraction(10)
+	}
 }
 
 // Addr is the address served.

@@ -73,6 +73,7 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 func mountCmd() *cobra.Command {
 	var name, id, metricsListen, logLevel string
 	var debug bool
+	var kernelCache time.Duration
 	c := &cobra.Command{
 		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
 		Short:   "Mount a volume's file system (runs until unmounted or SIGTERM/SIGINT)",
@@ -83,6 +84,8 @@ func mountCmd() *cobra.Command {
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().DurationVar(&kernelCache, "kernel-cache", kernelCacheDefault,
+		"how long the kernel may keep names and attributes (dropped at once when another node changes them; 0: cache nothing)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -115,7 +118,7 @@ func mountCmd() *cobra.Command {
 			return fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		m, err := mountFS(ctx, cl, name, id, args[0], debug, log)
+		m, err := mountFS(ctx, cl, name, id, args[0], fuse.Options{Debug: debug, CacheTimeout: kernelCache}, log)
 		if err != nil {
 			return err
 		}
@@ -132,7 +135,14 @@ type fsMount struct {
 	dir string
 }
 
-func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, debug bool, log *slog.Logger) (*fsMount, error) {
+// kernelCacheDefault is how long the kernel keeps names and attributes
+// (frontend/fuse Options.CacheTimeout): long, since they are invalidated
+// whenever another node is about to change them.
+const kernelCacheDefault = time.Hour
+
+// mountFS mounts volume name on dir as node id; opts.Volume and
+// opts.Logger are filled in.
+func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, opts fuse.Options, log *slog.Logger) (*fsMount, error) {
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
 	}
@@ -143,7 +153,8 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 		}
 		return nil, err
 	}
-	srv, err := fuse.Mount(dir, n.FS, fuse.Options{Volume: name, Debug: debug, Logger: log})
+	opts.Volume, opts.Logger = name, log
+	srv, err := fuse.Mount(dir, n.FS, opts)
 	if err != nil {
 		n.Close(context.Background())
 		return nil, fmt.Errorf("mount %s: %w", dir, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/frontend/fuse"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/node"
 )
@@ -126,7 +127,7 @@ func upCmd() *cobra.Command {
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		host, _ := os.Hostname()
-		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, false, log)
+		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, fuse.Options{CacheTimeout: kernelCacheDefault}, log)
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
 		}

@@ -46,6 +46,7 @@ var (
 )
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.m.inval.refresh(n.ino())
 	return &dirHandle{n: n}, 0, 0
 }
 

@@ -40,6 +40,7 @@ func (m *Server) openFlags() uint32 {
 
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, en syscall.Errno) {
 	defer n.m.stats.done("open", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	// Open first: it checks that ino still is the file the kernel looked up.
 	if err := n.m.fsys.Open(opCtx(ctx), n.ino(), n.StableAttr().Gen); err != nil {
 		return nil, 0, n.errno("open", err)
@@ -65,6 +66,7 @@ func (n *node) Release(ctx context.Context, _ fs.FileHandle) (en syscall.Errno) 
 
 func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (_ fuse.ReadResult, en syscall.Errno) {
 	defer n.m.stats.done("read", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	c, err := n.m.fsys.Read(opCtx(ctx), n.ino(), n.genOf(f), dest, uint64(off))
 	if err != nil {
 		return nil, n.errno("read", err)
@@ -74,6 +76,7 @@ func (n *node) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64
 
 func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (_ uint32, en syscall.Errno) {
 	defer n.m.stats.done("write", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	h, _ := f.(*handle)
 	appendMode := h != nil && h.appendMode
 	c, err := n.m.fsys.Write(opCtx(ctx), n.ino(), n.genOf(f), data, uint64(off), appendMode)

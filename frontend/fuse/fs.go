@@ -8,9 +8,12 @@
 // nodes: the file system tells it through the invalidator when another
 // node changed something the kernel may have cached.
 //
-// Guarantee: with the default Options (entry and attribute timeouts 0, no
-// KEEP_CACHE) every lookup and stat reaches FileSystem, so a change made on
-// another node is seen as soon as FileSystem sees it.
+// Guarantee: a change made on another node is seen by the next call here
+// once FileSystem has seen it. With the zero Options every lookup and stat
+// reaches FileSystem; with Options.CacheTimeout the kernel caches names
+// and attributes, and FileSystem calls the invalidator before it lets
+// another node change what they cover (docs/caching.md says how each
+// cache is dropped without racing replies in flight).
 package fuse
 
 import (
@@ -68,10 +71,12 @@ type FileSystem interface {
 	// Record locks (POSIX, per owner) and flock (whole file, flock=true), coherent across nodes.
 	Getlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock) (filesys.FileLock, error)
 	Setlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock, flock, wait bool) error
-	// SetInvalidator registers the callback the file system calls when
-	// another node changed ino (or an entry name in directory ino): the
-	// adapter drops the kernel's cached pages/attributes/dentries for it
-	// (NotifyContent / NotifyEntry). The callback never blocks on the
-	// kernel (see invalidator), so it may be called with locks held.
+	// SetInvalidator registers the callback the file system calls before
+	// the lock covering ino leaves this node (or with a name, when another
+	// node changed that entry of directory ino; ino 0: everything, the
+	// file system stopped): the adapter drops the kernel's cached
+	// attributes and names under it before the callback returns, and its
+	// pages in the background. The callback never waits for a kernel lock
+	// (see invalidator), so it may be called with locks held.
 	SetInvalidator(func(ino uint64, dir bool, name string))
 }

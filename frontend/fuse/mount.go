@@ -24,30 +24,34 @@ import (
 // kernel's limit, halves the requests of a streaming write (DEPENDENCIES.md).
 const maxWriteBytes = 1 << 20
 
-// Options tune a mount. The zero value is right for a cluster: the kernel
-// caches nothing across calls, so every node sees every other node's
-// changes as soon as the file system does.
+// Options tune a mount. The zero value caches nothing in the kernel
+// across calls (every lookup and stat reaches FileSystem); CacheTimeout
+// turns on the coherent kernel caches a cluster mount uses.
 type Options struct {
 	Volume string // shown as "plumeria:<Volume>" in /proc/mounts and df
 
+	// CacheTimeout, if above 0, lets the kernel cache names (also names
+	// that were not found) and the attributes of every inode for this
+	// long, relying on FileSystem to call the invalidator before it lets
+	// another node change what they cover (the lock that covers them
+	// leaves this node): see invalidator for how each cache is dropped
+	// without a race against replies in flight. Names are cached only
+	// where the kernel takes dentry epochs (FUSE 7.44, Linux 6.16;
+	// epoch.go); attributes everywhere. It overrides the three timeouts
+	// below.
+	CacheTimeout time.Duration
+
 	// EntryTimeout and AttrTimeout let the kernel reuse a looked-up name or
 	// attributes for this long without asking; NegativeTimeout does the
-	// same for names that were not found. Anything above 0 trades
-	// coherence across nodes for fewer requests.
+	// same for names that were not found. Without CacheTimeout, anything
+	// above 0 trades coherence across nodes for fewer requests (tests).
 	EntryTimeout, AttrTimeout, NegativeTimeout time.Duration
 
-	// DirAttrTimeout is AttrTimeout for directories (0: AttrTimeout).
-	// Mount sets it to DirAttrTimeoutDefault: the kernel checks search
-	// permission on every directory of every path it walks, and with no
-	// cached attributes each check is a GETATTR. It stays coherent: a
-	// directory's attributes are cached only while this node holds its
-	// inode lock, and the lock leaves only after the invalidator has
-	// dropped them (synchronously: an attribute-only invalidation takes no
-	// lock in the kernel that a request could hold). A reply already in
-	// flight for an inode the kernel did not know yet can still install
-	// attributes that are older than such an invalidation, for at most
-	// DirAttrTimeout; regular files keep AttrTimeout (0), since a stale
-	// size would shorten reads.
+	// DirAttrTimeout is AttrTimeout for directories (0: AttrTimeout, and
+	// at least DirAttrTimeoutDefault): the kernel checks search permission
+	// on every directory of every path it walks, and with no cached
+	// attributes each check is a GETATTR. Coherent for the same reason as
+	// CacheTimeout.
 	DirAttrTimeout time.Duration
 
 	// KeepCache keeps a file's cached pages across opens (FOPEN_KEEP_CACHE);
@@ -62,6 +66,11 @@ type Options struct {
 	Registerer prometheus.Registerer
 }
 
+// ttls are the timeouts replies carry, set once at Mount.
+type ttls struct {
+	entry, negative, attr, dirAttr time.Duration
+}
+
 // Server is a FileSystem served on a mount point; Mount makes one.
 type Server struct {
 	dir   string
@@ -74,6 +83,8 @@ type Server struct {
 	inval invalidator
 	locks posixLocks
 	refs  kernelRefs
+	ep    epochs
+	ttl   ttls
 
 	mu struct {
 		sync.Mutex
@@ -89,6 +100,10 @@ const DirAttrTimeoutDefault = time.Second
 // needs fusermount, and allow_other needs user_allow_other in
 // /etc/fuse.conf.
 func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
+	if opts.CacheTimeout > 0 {
+		opts.EntryTimeout, opts.NegativeTimeout = opts.CacheTimeout, opts.CacheTimeout
+		opts.AttrTimeout, opts.DirAttrTimeout = opts.CacheTimeout, opts.CacheTimeout
+	}
 	if opts.DirAttrTimeout == 0 {
 		opts.DirAttrTimeout = max(DirAttrTimeoutDefault, opts.AttrTimeout)
 	}
@@ -106,7 +121,10 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 	m.locks.init()
 	m.refs.init()
 
-	entry, attr := opts.EntryTimeout, opts.AttrTimeout
+	// Replies carry their timeouts (m.ttl, set once epochs are known);
+	// these are go-fuse's fallbacks, and NegativeTimeout being set makes
+	// go-fuse answer a name not found as a negative entry.
+	var entry, attr, negative time.Duration
 	fo := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:     "plumeria:" + opts.Volume,
@@ -121,15 +139,20 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			DirectMountStrict: os.Geteuid() == 0,
 			EnableLocks:       true,
 			// O_TRUNC arrives in OPEN instead of a SETATTR before it.
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			// HANDLE_KILLPRIV_V2: the file system clears setuid, setgid
+			// and security.capability on write and truncate itself
+			// (filesys killPriv), so the kernel does not ask for
+			// security.capability before every write.
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
 			// READDIRPLUS entries would add to the kernel's lookup counts
 			// without passing through kernelRefs; with no entry cache it
 			// would only double the work anyway.
 			DisableReadDirPlus: true,
 			Debug:              opts.Debug,
 		},
-		EntryTimeout: &entry,
-		AttrTimeout:  &attr,
+		EntryTimeout:    &entry,
+		AttrTimeout:     &attr,
+		NegativeTimeout: &negative,
 		// Mode 0 means mode 0, not "fill in 0644".
 		NullPermissions: true,
 		// FUSE node IDs are our inode numbers, so the invalidator can name
@@ -142,21 +165,34 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 	if opts.Debug {
 		fo.MountOptions.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
 	}
-	if opts.NegativeTimeout > 0 {
-		neg := opts.NegativeTimeout
-		fo.NegativeTimeout = &neg
-	}
 	bridge := fs.NewNodeFS(&node{m: m}, fo)
+	mountMu.Lock()
+	before := fuseFDs()
 	srv, err := fuse.NewServer(&rawFS{RawFileSystem: bridge, m: m}, mountpoint, &fo.MountOptions)
 	if err != nil {
+		mountMu.Unlock()
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	m.srv = srv
+	// The kernel has answered INIT; nothing is served before Serve.
+	m.ttl = ttls{attr: opts.AttrTimeout, dirAttr: opts.DirAttrTimeout}
+	if opts.EntryTimeout > 0 || opts.NegativeTimeout > 0 {
+		if err := m.ep.setup(srv, before); err != nil && opts.CacheTimeout > 0 {
+			m.log.Info("fuse: names are not cached in the kernel", "err", err)
+		}
+		if m.ep.ok() || opts.CacheTimeout == 0 {
+			m.ttl.entry, m.ttl.negative = opts.EntryTimeout, opts.NegativeTimeout
+		}
+		negative = m.ttl.negative // go-fuse's, for negative entries
+	} else {
+		m.ep.fd = -1
+	}
+	mountMu.Unlock()
+	m.inval.start(srv, m.log, &m.ep, &m.refs)
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
-	m.inval.start(srv, m.log)
 	fsys.SetInvalidator(m.inval.add)
 	return m, nil
 }
@@ -183,6 +219,7 @@ func (m *Server) Unmount() error {
 	go func() { // stop the invalidator once the kernel is gone
 		m.srv.Wait()
 		m.inval.stop()
+		m.ep.close()
 	}()
 	return nil
 }

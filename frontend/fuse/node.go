@@ -75,9 +75,8 @@ var nameOps = map[string]bool{"lookup": true, "create": true, "mknod": true, "mk
 // and fills out.
 func (n *node) child(ctx context.Context, a filesys.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
-	if isDir(a) {
-		out.SetAttrTimeout(n.m.opts.DirAttrTimeout)
-	}
+	out.SetEntryTimeout(n.m.ttl.entry)
+	out.SetAttrTimeout(n.m.attrTTL(a))
 	id := fs.StableAttr{Ino: a.Ino, Gen: a.Gen, Mode: a.Mode & syscall.S_IFMT}
 	return n.NewInode(ctx, &node{m: n.m}, id)
 }
@@ -91,6 +90,14 @@ func caller(ctx context.Context) filesys.Caller {
 }
 
 func isDir(a filesys.Attr) bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+
+// attrTTL is how long the kernel may keep a's attributes (Options).
+func (m *Server) attrTTL(a filesys.Attr) time.Duration {
+	if isDir(a) {
+		return m.ttl.dirAttr
+	}
+	return m.ttl.attr
+}
 
 // fillAttr copies a into out. Blksize is set so that go-fuse keeps Blocks
 // (it computes Blocks from Size when Blksize is 0, which hides sparseness).
@@ -110,6 +117,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *
 	defer n.m.stats.done("lookup", time.Now(), &en)
 	a, err := n.m.fsys.Lookup(opCtx(ctx), n.ino(), name)
 	if err != nil {
+		// ENOENT becomes a negative entry of ttl.negative (go-fuse).
 		return nil, n.errno("lookup", err)
 	}
 	return n.child(ctx, a, out), 0
@@ -128,9 +136,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return syscall.ESTALE
 	}
 	fillAttr(&out.Attr, a)
-	if isDir(a) {
-		out.SetTimeout(n.m.opts.DirAttrTimeout)
-	}
+	out.SetTimeout(n.m.attrTTL(a))
 	return 0
 }
 
@@ -156,14 +162,15 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 	if t, ok := in.GetMTime(); ok {
 		set.Mtime = &t
 	}
+	// The kernel leaves this to the file system (HANDLE_KILLPRIV_V2): a
+	// chown, or a truncate by a caller without CAP_FSETID.
+	set.KillPriv = in.Valid&fuse.FATTR_KILL_SUIDGID != 0
 	a, err := n.m.fsys.Setattr(opCtx(ctx), n.ino(), set)
 	if err != nil {
 		return n.errno("setattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	if isDir(a) {
-		out.SetTimeout(n.m.opts.DirAttrTimeout)
-	}
+	out.SetTimeout(n.m.attrTTL(a))
 	return 0
 }
 
@@ -253,6 +260,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 func (n *node) Readlink(ctx context.Context) (_ []byte, en syscall.Errno) {
 	defer n.m.stats.done("readlink", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	t, err := n.m.fsys.Readlink(opCtx(ctx), n.ino())
 	if err != nil {
 		return nil, n.errno("readlink", err)
@@ -278,6 +286,7 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) (en syscall.Errn
 // (getxattr with size 0) expects.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (_ uint32, en syscall.Errno) {
 	defer n.m.stats.done("getxattr", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	v, err := n.m.fsys.Getxattr(opCtx(ctx), n.ino(), attr)
 	if err != nil {
 		return 0, n.errno("getxattr", err)
@@ -297,6 +306,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 // a too small dest gets the size and ERANGE, as in Getxattr.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (_ uint32, en syscall.Errno) {
 	defer n.m.stats.done("listxattr", time.Now(), &en)
+	n.m.inval.refresh(n.ino())
 	names, err := n.m.fsys.Listxattr(opCtx(ctx), n.ino())
 	if err != nil {
 		return 0, n.errno("listxattr", err)

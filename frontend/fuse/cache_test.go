@@ -1,0 +1,123 @@
+package fuse
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// TestCoherentCache: with CacheTimeout the kernel answers lookups, negative
+// lookups and stats from its caches, and one call of the invalidator (as
+// the file system makes before a lock leaves the node) is enough for the
+// very next call to see what "another node" changed: no waiting, no
+// retry. Each change is made behind the kernel's back in memFS.
+func TestCoherentCache(t *testing.T) {
+	fsys, m, dir := mountMem(t, Options{CacheTimeout: time.Hour})
+	if !m.ep.ok() {
+		t.Skip("this kernel takes no dentry epochs (FUSE 7.44, Linux 6.16): names are not cached")
+	}
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("0123456789"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := st.Sys().(*syscall.Stat_t).Ino
+	missing := filepath.Join(dir, "g")
+	if _, err := os.Stat(missing); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("stat g: %v", err)
+	}
+	lookups := func() uint64 { return opCount(t, m.stats, "lookup") }
+	getattrs := func() uint64 { return opCount(t, m.stats, "getattr") }
+	l0, g0 := lookups(), getattrs()
+	for range 10 {
+		os.Stat(p)
+		os.Stat(missing)
+	}
+	if l, g := lookups()-l0, getattrs()-g0; l != 0 || g != 0 {
+		t.Errorf("10 stats of a cached name and a cached negative name took %v lookups and %v getattrs, want 0", l, g)
+	}
+
+	// "Another node" changes f's mode and size: attributes only.
+	fsys.mu.Lock()
+	in := fsys.inodes[ino]
+	in.attr.Mode = syscall.S_IFREG | 0o600
+	in.data = in.data[:4]
+	in.attr.Size = 4
+	fsys.mu.Unlock()
+	if st, _ := os.Stat(p); st.Mode() != 0o644 {
+		t.Logf("kernel did not cache the attributes (mode %v); the test proves less", st.Mode())
+	}
+	fsys.invalidate(ino, false, "")
+	if st, err := os.Stat(p); err != nil || st.Mode() != 0o600 || st.Size() != 4 {
+		t.Errorf("after the invalidation: stat f = %v, %v; want mode 0600, size 4", st, err)
+	}
+
+	// It renames f to g: names in the root (both the positive f and the
+	// negative g) are stale once the root's lock leaves.
+	fsys.mu.Lock()
+	root := fsys.inodes[1]
+	root.ents["g"] = root.ents["f"]
+	delete(root.ents, "f")
+	fsys.mu.Unlock()
+	if _, err := os.Stat(missing); err == nil {
+		t.Logf("kernel did not cache the negative name; the test proves less")
+	}
+	fsys.invalidate(1, true, "")
+	if _, err := os.Stat(p); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("stat f after it was renamed away: %v, want ENOENT", err)
+	}
+	if _, err := os.Stat(missing); err != nil {
+		t.Errorf("stat g after f was renamed to it: %v", err)
+	}
+}
+
+// TestInvalidationInFlight: an attribute invalidation that finds no inode
+// in the kernel while a reply naming it is being made makes that reply
+// carry no attribute timeout; one that finds a counted reply on its way
+// is remembered (lost) and sent again with the next request for the
+// inode; with nothing in flight nothing is remembered.
+func TestInvalidationInFlight(t *testing.T) {
+	_, m, _ := mountMem(t, Options{CacheTimeout: time.Hour})
+	v := &m.inval
+	since := v.entryStart(1) // a LOOKUP in the root is being served
+	v.add(12345, false, "")  // its inode's lock leaves meanwhile
+	var out fuse.EntryOut
+	out.NodeId = 12345
+	out.SetAttrTimeout(time.Hour)
+	v.entryDone(since, &out, m.fsys)
+	if out.AttrTimeout() != 0 {
+		t.Errorf("reply's attribute timeout %v after its inode was invalidated while it was made, want 0", out.AttrTimeout())
+	}
+	if v.nlost.Load() != 0 {
+		t.Errorf("lost = %d, want 0", v.nlost.Load())
+	}
+	// Counted, not yet in the kernel: lost until the next request.
+	v.add(12345, false, "")
+	if v.nlost.Load() != 1 {
+		t.Fatalf("lost = %d, want 1 (a counted reply was on its way)", v.nlost.Load())
+	}
+	v.refresh(12345)
+	if v.nlost.Load() != 0 {
+		t.Errorf("lost = %d after refresh, want 0", v.nlost.Load())
+	}
+	v.add(12347, false, "") // nothing in flight: nothing to remember
+	if v.nlost.Load() != 0 || len(v.recent) != 0 {
+		t.Errorf("lost = %d, recent = %v, want nothing (no reply in flight)", v.nlost.Load(), v.recent)
+	}
+	// A reply begun after the invalidation keeps its timeout.
+	since = v.entryStart(1)
+	out = fuse.EntryOut{NodeId: 12348}
+	out.SetAttrTimeout(time.Hour)
+	v.entryDone(since, &out, m.fsys)
+	if out.AttrTimeout() != time.Hour {
+		t.Errorf("reply's attribute timeout %v, want 1h", out.AttrTimeout())
+	}
+}
