@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/plumeria-fs/plumeria/frontend/fuse/memfs"
 )
 
 // TestCoherentCache: with CacheTimeout the kernel answers lookups, negative
 // lookups and stats from its caches, and one call of the invalidator (as
 // the file system makes before a lock leaves the node) is enough for the
 // very next call to see what "another node" changed: no waiting, no
-// retry. Each change is made behind the kernel's back in memFS.
+// retry. Each change is made behind the kernel's back in memfs (Change).
 func TestCoherentCache(t *testing.T) {
 	fsys, m, dir := mountMem(t, Options{CacheTimeout: time.Hour})
 	if !m.ep.ok() {
@@ -46,31 +48,29 @@ func TestCoherentCache(t *testing.T) {
 	}
 
 	// "Another node" changes f's mode and size: attributes only.
-	fsys.mu.Lock()
-	in := fsys.inodes[ino]
-	in.attr.Mode = syscall.S_IFREG | 0o600
-	in.data = in.data[:4]
-	in.attr.Size = 4
-	fsys.mu.Unlock()
+	fsys.Change(func(s *memfs.State) {
+		s.Attr(ino).Mode = syscall.S_IFREG | 0o600
+		s.Truncate(ino, 4)
+	})
 	if st, _ := os.Stat(p); st.Mode() != 0o644 {
 		t.Logf("kernel did not cache the attributes (mode %v); the test proves less", st.Mode())
 	}
-	fsys.invalidate(ino, false, "")
+	fsys.Invalidate(ino, false, "")
 	if st, err := os.Stat(p); err != nil || st.Mode() != 0o600 || st.Size() != 4 {
 		t.Errorf("after the invalidation: stat f = %v, %v; want mode 0600, size 4", st, err)
 	}
 
 	// It renames f to g: names in the root (both the positive f and the
 	// negative g) are stale once the root's lock leaves.
-	fsys.mu.Lock()
-	root := fsys.inodes[1]
-	root.ents["g"] = root.ents["f"]
-	delete(root.ents, "f")
-	fsys.mu.Unlock()
+	var rerr error
+	fsys.Change(func(s *memfs.State) { rerr = s.Rename(1, "f", 1, "g") })
+	if rerr != nil {
+		t.Fatalf("rename behind the kernel's back: %v", rerr)
+	}
 	if _, err := os.Stat(missing); err == nil {
 		t.Logf("kernel did not cache the negative name; the test proves less")
 	}
-	fsys.invalidate(1, true, "")
+	fsys.Invalidate(1, true, "")
 	if _, err := os.Stat(p); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("stat f after it was renamed away: %v, want ENOENT", err)
 	}

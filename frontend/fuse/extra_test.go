@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/frontend/fuse/memfs"
 	"github.com/plumeria-fs/plumeria/posixtest"
 )
 
@@ -75,12 +76,11 @@ func TestInterruptedLockWait(t *testing.T) {
 		done <- unix.Flock(int(f2.Fd()), unix.LOCK_EX)
 	}()
 	thread := <-tid
-	waitFor(t, "flock to wait", func() bool { w, _, _ := fsys.counts(); return w > 0 })
-	_, before, _ := fsys.counts()
+	waitFor(t, "flock to wait", func() bool { return fsys.Counts().LockWaits > 0 })
+	before := fsys.Counts().Interrupted
 	waitFor(t, "interrupt to reach the file system", func() bool {
 		unix.Tgkill(os.Getpid(), thread, syscall.SIGUSR1)
-		_, n, _ := fsys.counts()
-		return n > before
+		return fsys.Counts().Interrupted > before
 	})
 	select {
 	case err := <-done:
@@ -100,7 +100,7 @@ func TestInterruptedLockWait(t *testing.T) {
 
 func TestOpenUnlinked(t *testing.T) {
 	fsys, _, dir := mountMem(t, Options{})
-	_, _, base := fsys.counts()
+	base := fsys.Counts().Inodes
 	p := filepath.Join(dir, "gone")
 	os.WriteFile(p, []byte("alive"), 0o644)
 	f, err := os.Open(p)
@@ -112,19 +112,17 @@ func TestOpenUnlinked(t *testing.T) {
 	if n, _ := f.ReadAt(buf, 0); string(buf[:n]) != "alive" {
 		t.Errorf("read after unlink: %q", buf[:n])
 	}
-	if _, _, n := fsys.counts(); n != base+1 {
+	if n := fsys.Counts().Inodes; n != base+1 {
 		t.Errorf("%d inodes while the unlinked file is open, want %d", n, base+1)
 	}
 	f.Close()
 	// RELEASE is asynchronous to close(2).
-	waitFor(t, "the inode to be freed", func() bool { _, _, n := fsys.counts(); return n == base })
+	waitFor(t, "the inode to be freed", func() bool { return fsys.Counts().Inodes == base })
 }
 
 func TestPosix(t *testing.T) {
 	_, _, dir := mountMem(t, Options{})
-	posixtest.Run(t, dir, posixtest.Options{Skip: []string{
-		"sparse: memFS keeps a file in one []byte (a 1 GiB allocation)",
-	}})
+	posixtest.Run(t, dir, posixtest.Options{})
 }
 
 // TestReusedNumberIsStale: when another node frees a file the kernel still
@@ -143,12 +141,11 @@ func TestReusedNumberIsStale(t *testing.T) {
 	}
 	defer f.Close()
 	ino := inoOf(t, p)
-	fsys.mu.Lock()
-	in := fsys.inodes[ino]
-	in.attr.Gen += 100 // what another node's free and reuse look like here
-	in.data = []byte("a newer file's bytes")
-	in.attr.Size = uint64(len(in.data))
-	fsys.mu.Unlock()
+	fsys.Change(func(s *memfs.State) {
+		s.Attr(ino).Gen += 100 // what another node's free and reuse look like here
+		s.Truncate(ino, 0)
+		s.WriteAt(ino, []byte("a newer file's bytes"), 0)
+	})
 	_, err = f.Stat()
 	wantErrno(t, "fstat of the old file", err, syscall.ESTALE)
 	buf := make([]byte, 64)

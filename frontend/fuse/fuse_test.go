@@ -13,17 +13,21 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/plumeria-fs/plumeria/frontend/fuse/memfs"
 )
 
-// mountMem mounts a fresh memFS on a temporary directory; the mount goes
-// away when the test ends.
-func mountMem(t *testing.T, opts Options) (*memFS, *Server, string) {
+var _ FileSystem = (*memfs.FS)(nil)
+
+// mountMem mounts a fresh in-memory file system on a temporary directory;
+// the mount goes away when the test ends.
+func mountMem(t *testing.T, opts Options) (*memfs.FS, *Server, string) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
 	}
 	dir := t.TempDir()
-	fsys := newMemFS()
+	fsys := memfs.New()
 	opts.Volume = "test"
 	m, err := Mount(dir, fsys, opts)
 	if err != nil {
@@ -466,12 +470,12 @@ func TestLocks(t *testing.T) {
 	if err := unix.FcntlFlock(f3.Fd(), unix.F_SETLKW, &lk); err != nil {
 		t.Fatalf("POSIX lock: %v", err)
 	}
-	if got := fsys.locksOf(ino); len(got) != 1 || got[0].flock || got[0].end != ^uint64(0) {
+	if got := fsys.Locks(ino); len(got) != 1 || got[0].Flock || got[0].End != ^uint64(0) {
 		t.Fatalf("locks after F_SETLKW: %+v", got)
 	}
 	f4, _ := os.Open(p)
 	f4.Close()
-	if got := fsys.locksOf(ino); len(got) != 0 {
+	if got := fsys.Locks(ino); len(got) != 0 {
 		t.Errorf("locks after close: %+v", got)
 	}
 }
@@ -508,15 +512,14 @@ func TestInvalidate(t *testing.T) {
 
 	// Another node rewrites the file (same size and mtime, so only an
 	// invalidation can tell the kernel) and changes its mode.
-	fsys.mu.Lock()
-	in := fsys.inodes[ino]
-	copy(in.data, "new content")
-	in.attr.Mode = syscall.S_IFREG | 0o600
-	fsys.mu.Unlock()
+	fsys.Change(func(s *memfs.State) {
+		s.WriteAt(ino, []byte("new content"), 0)
+		s.Attr(ino).Mode = syscall.S_IFREG | 0o600
+	})
 	if n, _ := f.ReadAt(buf, 0); string(buf[:n]) != "old content" {
 		t.Logf("kernel did not cache the page (read %q); the test proves less", buf[:n])
 	}
-	fsys.invalidate(ino, false, "")
+	fsys.Invalidate(ino, false, "")
 	waitFor(t, "new content", func() bool {
 		n, _ := f.ReadAt(buf, 0)
 		return string(buf[:n]) == "new content"
@@ -527,15 +530,15 @@ func TestInvalidate(t *testing.T) {
 	})
 
 	// Another node renames f to g: the kernel's cached dentry must go.
-	fsys.mu.Lock()
-	root := fsys.inodes[1]
-	root.ents["g"] = root.ents["f"]
-	delete(root.ents, "f")
-	fsys.mu.Unlock()
+	var rerr error
+	fsys.Change(func(s *memfs.State) { rerr = s.Rename(1, "f", 1, "g") })
+	if rerr != nil {
+		t.Fatalf("rename behind the kernel's back: %v", rerr)
+	}
 	if _, err := os.Stat(p); err != nil {
 		t.Logf("kernel did not cache the dentry (%v); the test proves less", err)
 	}
-	fsys.invalidate(1, true, "f")
+	fsys.Invalidate(1, true, "f")
 	waitFor(t, "f to disappear", func() bool {
 		_, err := os.Stat(p)
 		return errors.Is(err, syscall.ENOENT)
@@ -564,7 +567,7 @@ func TestUnmountBusy(t *testing.T) {
 		t.Skip("no /dev/fuse")
 	}
 	dir := t.TempDir()
-	fsys := newMemFS()
+	fsys := memfs.New()
 	m, err := Mount(dir, fsys, Options{Volume: "busy"})
 	if err != nil {
 		t.Fatal(err)
