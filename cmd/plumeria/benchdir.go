@@ -19,7 +19,8 @@ func benchDir(c *cobra.Command) {
 	def := fsbench.DefaultConfig()
 	cfg := def
 	var vs, seqSize, seqIO, randSize, fileSize string
-	c.Use = "bench DIR [--vs DIR]"
+	var floor bool
+	c.Use = "bench DIR [--vs DIR] [--floor]"
 	c.Short = "Benchmarks; one line per metric: name value unit"
 	c.Long = "`plumeria bench DIR` runs the standard file system workloads in fresh subdirectories of DIR\n" +
 		"(a Plumeria mount, or any directory) and removes them afterwards. Results go to stdout, one\n" +
@@ -32,11 +33,16 @@ func benchDir(c *cobra.Command) {
 		"  NAME value unit        on DIR\n" +
 		"  NAME_vs value unit     on DIR2\n" +
 		"  NAME_ratio DIR/DIR2 ratio(higher=better)   or ratio(lower=better) for seconds\n" +
+		"With --floor (root, /dev/fuse) they also run on the FUSE floor: an in-memory file system\n" +
+		"served through the same FUSE adapter and options as a Plumeria mount, on a temporary\n" +
+		"directory; each metric then adds NAME_floor (its value there) and NAME_floor_ratio (DIR/floor),\n" +
+		"showing how much of DIR's cost is FUSE's own.\n" +
 		"The subcommands benchmark the cluster's own layers (vdisk, locks) and two mounts of one volume (two)."
-	c.Example = "  plumeria bench /mnt/plumeria --vs /var/tmp\n" +
+	c.Example = "  plumeria bench /mnt/plumeria --vs /var/tmp --floor\n" +
 		"  plumeria bench /mnt/plumeria --files 1000 --seq-size 256MiB --rand-ops 2000 --tree-files 300"
 	f := c.Flags()
 	f.StringVar(&vs, "vs", "", "also run on this directory and print the ratios DIR/VS")
+	f.BoolVar(&floor, "floor", false, "also run on an in-memory file system served through the same FUSE adapter, and print the ratios DIR/floor (root, /dev/fuse)")
 	f.IntVar(&cfg.Files, "files", def.Files, "small files created, stat-ed, listed, read and deleted")
 	f.IntVar(&cfg.Dirs, "dirs", def.Dirs, "directories the small files are spread over")
 	f.StringVar(&fileSize, "file-size", "1KiB", "bytes per small file")
@@ -90,19 +96,45 @@ func benchDir(c *cobra.Command) {
 				return err
 			}
 		}
+		if floor {
+			if err := floorReady(cfg); err != nil {
+				return err
+			}
+			fm, err := mountFloor()
+			if err != nil {
+				return err
+			}
+			defer func() {
+				if err := fm.unmount(); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+				}
+			}()
+			dirs = append(dirs, fm.dir)
+		}
 		cfg.Log = os.Stderr
 		var results [][]fsbench.Result
-		for _, d := range dirs {
+		for i, d := range dirs {
 			start := time.Now()
-			fmt.Fprintf(os.Stderr, "bench: running in %s\n", d)
+			what := d
+			if floor && i == len(dirs)-1 {
+				what = "the FUSE floor " + d
+			}
+			fmt.Fprintf(os.Stderr, "bench: running in %s\n", what)
 			res, err := fsbench.Run(cmd.Context(), d, cfg)
 			if err != nil {
-				return fmt.Errorf("bench %s: %w", d, err)
+				return fmt.Errorf("bench %s: %w", what, err)
 			}
-			fmt.Fprintf(os.Stderr, "bench: %s done in %v\n", d, time.Since(start).Round(time.Second))
+			fmt.Fprintf(os.Stderr, "bench: %s done in %v\n", what, time.Since(start).Round(time.Second))
 			results = append(results, res)
 		}
-		printBenchDir(os.Stdout, results)
+		var vsRes, floorRes []fsbench.Result
+		if vs != "" {
+			vsRes = results[1]
+		}
+		if floor {
+			floorRes = results[len(results)-1]
+		}
+		printBenchDir(os.Stdout, results[0], vsRes, floorRes)
 		return nil
 	}
 }
@@ -124,23 +156,28 @@ func checkBenchDir(c *cobra.Command, dir string) error {
 	return err
 }
 
-// printBenchDir prints one line per metric of results[0], and with a
-// second run the same metric on it (NAME_vs) and their ratio (NAME_ratio).
-func printBenchDir(w io.Writer, results [][]fsbench.Result) {
-	if len(results) == 1 {
-		for _, r := range results[0] {
-			fmt.Fprintln(w, r)
-		}
-		return
-	}
-	for i, a := range results[0] {
-		b := results[1][i]
+// printBenchDir prints one line per metric of the run on DIR; with the
+// run on --vs, that metric there (NAME_vs) and the ratio DIR/VS
+// (NAME_ratio); with the run on the FUSE floor, that metric there
+// (NAME_floor) and the ratio DIR/floor (NAME_floor_ratio).
+func printBenchDir(w io.Writer, dir, vs, floor []fsbench.Result) {
+	others := []struct {
+		res          []fsbench.Result
+		suffix, rsfx string
+	}{{vs, "_vs", "_ratio"}, {floor, "_floor", "_floor_ratio"}}
+	for i, a := range dir {
 		better := "ratio(higher=better)"
 		if fsbench.LowerIsBetter(a.Unit) {
 			better = "ratio(lower=better)"
 		}
 		fmt.Fprintln(w, a)
-		fmt.Fprintln(w, fsbench.Result{Name: a.Name + "_vs", Value: b.Value, Unit: b.Unit})
-		fmt.Fprintf(w, "%s_ratio %.3f %s\n", a.Name, a.Value/b.Value, better)
+		for _, o := range others {
+			if o.res == nil {
+				continue
+			}
+			b := o.res[i] // the same workloads, in the same order
+			fmt.Fprintln(w, fsbench.Result{Name: a.Name + o.suffix, Value: b.Value, Unit: b.Unit})
+			fmt.Fprintf(w, "%s%s %.3f %s\n", a.Name, o.rsfx, a.Value/b.Value, better)
+		}
 	}
 }
