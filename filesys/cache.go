@@ -211,9 +211,10 @@ func diff(a, b []byte) [][2]int {
 // are durable, and marks them clean if nothing changed them meanwhile.
 func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) error {
 	type snap struct {
-		b    *cblock
-		data []byte
-		gen  uint64
+		b       *cblock
+		data    []byte
+		gen     uint64
+		lastLSN redo.LSN // the newest record the snapshot holds
 	}
 	c := fs.cache
 	var snaps []snap
@@ -221,7 +222,7 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 	c.mu.Lock()
 	for _, b := range blocks {
 		if b.dirty {
-			snaps = append(snaps, snap{b, append([]byte(nil), b.data...), b.gen})
+			snaps = append(snaps, snap{b, append([]byte(nil), b.data...), b.gen, b.lastLSN})
 			upTo = max(upTo, b.lastLSN)
 		}
 	}
@@ -270,8 +271,16 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 	}
 	c.mu.Lock()
 	for _, s := range snaps {
-		if s.b.gen == s.gen {
+		switch {
+		case s.b.gen == s.gen:
 			s.b.dirty = false
+		case s.b.firstLSN <= s.lastLSN:
+			// Changed again meanwhile: still dirty, but the volume now
+			// holds every record up to the snapshot's. Without this a
+			// block changed by every operation (a busy directory, the
+			// group bitmap) would keep its first record forever and pin
+			// the log's tail until the log filled and operations stalled.
+			s.b.firstLSN = s.lastLSN + 1
 		}
 	}
 	c.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
 
 type memDevice = fstest.MemDevice
@@ -264,4 +265,63 @@ func crashAndRecover(t *testing.T, a *FS, dev *memDevice) *FS {
 	}
 	b.cache = newCache()
 	return b
+}
+
+// hookDevice runs onWrite before each write it passes on.
+type hookDevice struct {
+	*memDevice
+	onWrite func(off uint64)
+}
+
+func (d hookDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	if d.onWrite != nil {
+		d.onWrite(off)
+	}
+	return d.memDevice.WriteAt(ctx, p, off)
+}
+
+// TestWriteBackHotBlock: a block changed again while it is written back
+// stays dirty, but its first unwritten record moves past what was written,
+// so a block every operation changes (a busy directory) does not pin the
+// log's tail until the log fills and operations stall.
+func TestWriteBackHotBlock(t *testing.T) {
+	ctx := context.Background()
+	dev := hookDevice{memDevice: formatted(t)}
+	var fs *FS
+	changeAgain := false
+	dev.onWrite = func(off uint64) {
+		if changeAgain && off <= layout.InodeAddr(RootIno) && layout.InodeAddr(RootIno) < off+layout.BlockBytes*writeBackRunMax {
+			changeAgain = false
+			mode := uint32(0o700)
+			if _, err := fs.Setattr(ctx, RootIno, SetAttr{Mode: &mode}); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	mode := uint32(0o755)
+	if _, err := fs.Setattr(ctx, RootIno, SetAttr{Mode: &mode}); err != nil {
+		t.Fatal(err)
+	}
+	root := func() cblock {
+		fs.cache.mu.Lock()
+		defer fs.cache.mu.Unlock()
+		return *fs.cache.blocks[layout.InodeAddr(RootIno)]
+	}
+	first := root().firstLSN
+	changeAgain = true
+	if err := fs.writeBackAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := root()
+	if !b.dirty {
+		t.Fatal("the root inode was changed during its write-back but is clean")
+	}
+	if b.firstLSN <= first || b.firstLSN > b.lastLSN {
+		t.Errorf("first unwritten record of the root inode is %d, want after %d (written back) and at most %d", b.firstLSN, first, b.lastLSN)
+	}
 }
