@@ -1,6 +1,7 @@
 package filesys
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -190,9 +191,15 @@ func (t *tx) commit() (err error) {
 func diff(a, b []byte) [][2]int {
 	var spans [][2]int
 	const gap = 32
+	const word = 64 // equal runs are skipped a word at a time
 	for i := 0; i < len(a); i++ {
 		if i == layout.VersionStart {
 			i = layout.VersionEnd - 1
+			continue
+		}
+		if i%word == 0 && i+word <= len(a) && (i+word <= layout.VersionStart || i >= layout.VersionEnd) &&
+			bytes.Equal(a[i:i+word], b[i:i+word]) {
+			i += word - 1
 			continue
 		}
 		if a[i] == b[i] {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,5 +324,51 @@ func TestWriteBackHotBlock(t *testing.T) {
 	}
 	if b.firstLSN <= first || b.firstLSN > b.lastLSN {
 		t.Errorf("first unwritten record of the root inode is %d, want after %d (written back) and at most %d", b.firstLSN, first, b.lastLSN)
+	}
+}
+
+// readCounter counts the device reads that start in [from, to).
+type readCounter struct {
+	*memDevice
+	from, to uint64
+	n        *atomic.Int64
+}
+
+func (d readCounter) ReadAt(ctx context.Context, p []byte, off uint64) error {
+	if d.from <= off && off < d.to {
+		d.n.Add(1)
+	}
+	return d.memDevice.ReadAt(ctx, p, off)
+}
+
+// TestDirReadAhead: a growing directory reads its next hash blocks from
+// the volume dirReadAhead at a time, not one read per split.
+func TestDirReadAhead(t *testing.T) {
+	ctx := context.Background()
+	dev := readCounter{memDevice: formatted(t), from: layout.DirBase, to: ^uint64(0), n: new(atomic.Int64)}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	d, err := fs.Mkdir(ctx, RootIno, "d", 0o755, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3000 {
+		if _, err := fs.Create(ctx, d.Ino, fmt.Sprintf("file-with-a-longish-name-%06d", i), 0o644, Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	blocks := 0
+	fs.cache.mu.Lock()
+	for a := range fs.cache.blocks {
+		if layout.DirBlockAddr(d.Ino, 0) <= a && a < layout.DirBlockAddr(d.Ino, layout.DirBlocksMax) {
+			blocks++
+		}
+	}
+	fs.cache.mu.Unlock()
+	if reads := dev.n.Load(); blocks < 32 || reads > int64(blocks/8) {
+		t.Errorf("%d directory block reads for %d cached blocks, want at most one per 8", reads, blocks)
 	}
 }

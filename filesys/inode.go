@@ -93,6 +93,7 @@ func (d dirBlocks) Read(n uint64) ([]byte, error) {
 	if n >= layout.DirBlocksMax {
 		return nil, fmt.Errorf("%w: directory %d block %d out of range", ErrIO, d.ino, n)
 	}
+	d.readAhead(n)
 	b, err := d.t.read(layout.DirBlockAddr(d.ino, n), inodeLock(d.ino))
 	if err != nil {
 		return nil, err
@@ -105,6 +106,7 @@ func (d dirBlocks) Read(n uint64) ([]byte, error) {
 }
 
 func (d dirBlocks) Write(n uint64, p []byte) error {
+	d.readAhead(n)
 	b, err := d.t.write(layout.DirBlockAddr(d.ino, n), inodeLock(d.ino))
 	if err != nil {
 		return err
@@ -112,6 +114,40 @@ func (d dirBlocks) Write(n uint64, p []byte) error {
 	layout.PutHeader(b, layout.Header{Kind: layout.KindDir, Version: layout.Version(b), Owner: d.ino, Index: n})
 	copy(b[layout.HeaderBytes:], p)
 	return nil
+}
+
+// dirReadAhead is how many blocks of a directory one volume read brings
+// into the cache (64 KiB): a growing directory splits into the next blocks
+// in turn, and each would otherwise cost a read of its own (their old
+// contents must be read: their versions go on).
+const dirReadAhead = 16
+
+// readAhead caches blocks n.. of the directory (up to dirReadAhead of them,
+// stopping before the first already cached) with one volume read, if block
+// n is not cached. The caller holds the directory's lock, which covers
+// them all. A failure only leaves them uncached.
+func (d dirBlocks) readAhead(n uint64) {
+	fs := d.t.fs
+	if d.t.staged[layout.DirBlockAddr(d.ino, n)] != nil {
+		return
+	}
+	c := fs.cache
+	k := uint64(0)
+	c.mu.Lock()
+	for k < dirReadAhead && n+k < layout.DirBlocksMax && c.blocks[layout.DirBlockAddr(d.ino, n+k)] == nil {
+		k++
+	}
+	c.mu.Unlock()
+	if k < 2 {
+		return // cached, or one block: the plain load reads it
+	}
+	buf := make([]byte, k*layout.BlockBytes)
+	if err := fs.cfg.Dev.ReadAt(d.t.ctx, buf, layout.DirBlockAddr(d.ino, n)); err != nil {
+		return
+	}
+	for x := range k {
+		c.insertClean(layout.DirBlockAddr(d.ino, n+x), inodeLock(d.ino), buf[x*layout.BlockBytes:(x+1)*layout.BlockBytes:(x+1)*layout.BlockBytes])
+	}
 }
 
 // saveDir stores directory d's root back into its inode.
