@@ -375,6 +375,9 @@ func (fs *FS) Revoke(ctx context.Context, table string, l uint64, to lock.Mode) 
 	}
 	if l >= inodeLockBase && l < rgLockBase {
 		fs.data.settle(l - inodeLockBase) // other nodes read the data from the volume
+		if to == lock.None {
+			fs.pages.drop(l - inodeLockBase) // they may change it next
+		}
 	}
 	c := fs.cache
 	c.mu.Lock()

@@ -83,6 +83,7 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 		err, noSpace := d.put(context.WithoutCancel(ctx), ino, buf, off)
 		if err != nil {
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
+			d.fs.pages.drop(ino) // reads here must not return bytes the volume lacks
 		}
 		d.mu.Lock()
 		delete(d.inflight, seq)

@@ -53,11 +53,39 @@ func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (
 		}
 		return n, nil
 	}
-	fs.data.settle(ino) // this node's writes still under way
-	if err := fs.cfg.Dev.ReadAt(ctx, p[:n], layout.ExtentAddr(ino)+off); err != nil {
-		return 0, fs.ioError("read file data", layout.ExtentAddr(ino)+off, err)
+	if err := fs.readPages(ctx, ino, p[:n], off); err != nil {
+		return 0, err
 	}
 	return n, nil
+}
+
+// readPages fills p from offset off of extent file ino through the data
+// cache; the caller holds ino's lock. A page read from the volume is cached
+// whole (64 KiB: bytes past the size are never returned).
+func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) error {
+	if fs.pages.max == 0 {
+		fs.data.settle(ino) // this node's writes still under way
+		if err := fs.cfg.Dev.ReadAt(ctx, p, layout.ExtentAddr(ino)+off); err != nil {
+			return fs.ioError("read file data", layout.ExtentAddr(ino)+off, err)
+		}
+		return nil
+	}
+	for len(p) > 0 {
+		idx, in := off/pageBytes, int(off%pageBytes)
+		n := min(len(p), pageBytes-in)
+		if !fs.pages.get(ino, idx, in, p[:n]) {
+			fs.data.settle(ino) // this node's writes still under way
+			pg := make([]byte, pageBytes)
+			addr := layout.ExtentAddr(ino) + idx*pageBytes
+			if err := fs.cfg.Dev.ReadAt(ctx, pg, addr); err != nil {
+				return fs.ioError("read file data", addr, err)
+			}
+			copy(p[:n], pg[in:])
+			fs.pages.put(ino, idx, pg)
+		}
+		p, off = p[n:], off+uint64(n)
+	}
+	return nil
 }
 
 // Write writes p to regular file ino, generation gen (0: any), at off (at
@@ -116,6 +144,7 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		} else {
 			fs.data.write(ctx, ino, p, off)
 		}
+		fs.pages.write(ino, p, off)
 		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
 	}
 	now := fs.now()
@@ -167,6 +196,7 @@ func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error 
 // truncate instead would reach the volume before the smaller size is
 // logged: a crash between the two left the old size over zeros.
 func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size uint64) error {
+	fs.pages.drop(ino)
 	if size > layout.ExtentBytes {
 		return fmt.Errorf("%w: size %d past the largest file", ErrFileTooBig, size)
 	}
@@ -209,6 +239,7 @@ func (fs *FS) exposeTail(ctx context.Context, ino uint64, in *layout.Inode, end 
 // blocks at the ends are overwritten, the whole blocks decommitted.
 func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
 	fs.data.settle(ino)
+	fs.pages.drop(ino)
 	const bs = layout.BlockBytes
 	base := layout.ExtentAddr(ino)
 	first := (from + bs - 1) / bs * bs

@@ -87,6 +87,9 @@ type Config struct {
 	// Registerer receives the metrics (filesys/metrics.go), labelled with
 	// Table as the volume; nil means prometheus.DefaultRegisterer.
 	Registerer prometheus.Registerer
+	// DataCacheBytes bounds the clean file data the node caches
+	// (pagecache.go); 0: DataCacheDefault, below 0: none.
+	DataCacheBytes int64
 	// OnFail, if set, is called once (on a goroutine of its own) when the
 	// file system stops: its lock session must end so that another node
 	// replays its log before anyone gets its locks (a failed node never
@@ -104,6 +107,7 @@ type FS struct {
 	rlog  *redo.Log
 	cache *cache
 	data  dataWriter // file data written behind
+	pages pageCache  // clean file data
 
 	prefetch prefetcher // inode locks taken ahead of creates
 	locks    *localLocks
@@ -147,6 +151,9 @@ const (
 func inodeLock(ino uint64) uint64 { return inodeLockBase + ino }
 func rgLock(g int) uint64         { return rgLockBase + uint64(g) }
 
+// DataCacheDefault is Config.DataCacheBytes's default: 256 MiB.
+const DataCacheDefault = 256 << 20
+
 // ErrNotFormatted means the volume holds no file system.
 var ErrNotFormatted = layout.ErrNoFS
 
@@ -183,6 +190,14 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	fs.data.init(fs)
+	switch {
+	case cfg.DataCacheBytes == 0:
+		fs.pages.init(DataCacheDefault, fs.stats)
+	case cfg.DataCacheBytes > 0:
+		fs.pages.init(cfg.DataCacheBytes, fs.stats)
+	default:
+		fs.pages.init(0, fs.stats)
+	}
 	fs.prefetch.init()
 	fs.rlog, err = redo.Open(ctx, metaDev{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {

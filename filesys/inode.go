@@ -209,6 +209,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 			return 0, nil, fs.ioError("clear a reused extent", layout.ExtentAddr(ino), err)
 		}
 	}
+	fs.pages.drop(ino) // a new file at the number
 	rg.Set(i)
 	rg.Encode(b, g, layout.Version(b))
 	fs.prefetchAfter(g, rg, i)
@@ -244,6 +245,7 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	}
 	rg.Clear(int(ino % layout.InodesPerRG))
 	rg.Encode(b, g, layout.Version(b))
+	fs.pages.drop(ino)
 	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM})
 }
 

@@ -52,6 +52,12 @@ var (
 		Help: "Time recoveries of dead nodes' logs took, replay and freeing the slots."}
 	recoveryBlocksOpts = prometheus.CounterOpts{Name: "plumeria_fs_recovery_blocks_total",
 		Help: "Metadata blocks rewritten by replaying dead nodes' logs."}
+	pageHitsOpts = prometheus.CounterOpts{Name: "plumeria_fs_data_cache_hits_total",
+		Help: "File data pages (64 KiB) reads found in the fs node's data cache."}
+	pageMissesOpts = prometheus.CounterOpts{Name: "plumeria_fs_data_cache_misses_total",
+		Help: "File data pages (64 KiB) reads had to read from the volume."}
+	pageBytesOpts = prometheus.GaugeOpts{Name: "plumeria_fs_data_cache_bytes",
+		Help: "Bytes of clean file data the fs node caches (bounded by --data-cache)."}
 )
 
 // Write-back reasons, the label values of the writeback series.
@@ -78,6 +84,8 @@ type stats struct {
 	recoveries, recoveryFailures  prometheus.Counter
 	recoverySeconds               prometheus.Observer
 	recoveryBlocks                prometheus.Counter
+	pageHits, pageMisses          prometheus.Counter
+	pageBytes                     prometheus.Gauge
 
 	writeStart time.Time // the log's writer goroutine only: BeforeWrite to AfterWrite
 
@@ -104,6 +112,8 @@ func newStats(r prometheus.Registerer, volume string) *stats {
 		dataBytes:      counter(dataBytesOpts), dataErrors: counter(dataErrorsOpts),
 		recoveries: counter(recoveriesOpts), recoveryFailures: counter(recoveryFailuresOpts),
 		recoverySeconds: hist(recoverySecondsOpts), recoveryBlocks: counter(recoveryBlocksOpts),
+		pageHits: counter(pageHitsOpts), pageMisses: counter(pageMissesOpts),
+		pageBytes: prom.Shared(r, prometheus.NewGaugeVec(pageBytesOpts, []string{"volume"})).WithLabelValues(volume),
 	}
 	wbs := prom.Shared(r, prometheus.NewHistogramVec(writeBackOpts, []string{"volume", "reason"}))
 	wbb := prom.Shared(r, prometheus.NewCounterVec(writeBackBlocksOpts, []string{"volume", "reason"}))

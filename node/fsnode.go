@@ -37,7 +37,10 @@ type FSNode struct {
 // FSNodeOptions configures MountFS.
 type FSNodeOptions struct {
 	FlushInterval time.Duration
-	Logger        *slog.Logger
+	// DataCacheBytes bounds the node's cache of clean file data
+	// (filesys.Config.DataCacheBytes: 0 the default, below 0 none).
+	DataCacheBytes int64
+	Logger         *slog.Logger
 	// Registerer receives the metrics of the volume client, the lock
 	// clerk and the file system; nil means prometheus.DefaultRegisterer,
 	// which the process's /metrics serves.
@@ -125,7 +128,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		return fail(err)
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: vol, Locker: n.clerk, Table: name, ID: id, Session: session,
-		FlushInterval: opts.FlushInterval, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
+		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
 		OnFail: n.endSession})
 	if err != nil {
 		return fail(fmt.Errorf("mount volume %s: %w", name, err))

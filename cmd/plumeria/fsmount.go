@@ -74,6 +74,7 @@ func mountCmd() *cobra.Command {
 	var name, id, metricsListen, logLevel string
 	var debug bool
 	var kernelCache time.Duration
+	var dataCache string
 	c := &cobra.Command{
 		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
 		Short:   "Mount a volume's file system (runs until unmounted or SIGTERM/SIGINT)",
@@ -86,6 +87,8 @@ func mountCmd() *cobra.Command {
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().DurationVar(&kernelCache, "kernel-cache", kernelCacheDefault,
 		"how long the kernel may keep names and attributes (dropped at once when another node changes them; 0: cache nothing)")
+	c.Flags().StringVar(&dataCache, "data-cache", "256MiB",
+		"clean file data this node keeps in memory (dropped when another node may change it; 0: none)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
@@ -118,7 +121,14 @@ func mountCmd() *cobra.Command {
 			return fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		m, err := mountFS(ctx, cl, name, id, args[0], fuse.Options{Debug: debug, CacheTimeout: kernelCache}, log)
+		cacheBytes, err := parseBytes(dataCache)
+		if err != nil {
+			return fmt.Errorf("--data-cache %q: %w", dataCache, err)
+		}
+		if cacheBytes == 0 {
+			cacheBytes = -1 // none
+		}
+		m, err := mountFS(ctx, cl, name, id, args[0], mountOptions{fuse: fuse.Options{Debug: debug, CacheTimeout: kernelCache}, dataCache: cacheBytes}, log)
 		if err != nil {
 			return err
 		}
@@ -140,13 +150,21 @@ type fsMount struct {
 // whenever another node is about to change them.
 const kernelCacheDefault = time.Hour
 
-// mountFS mounts volume name on dir as node id; opts.Volume and
-// opts.Logger are filled in.
-func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, opts fuse.Options, log *slog.Logger) (*fsMount, error) {
+// mountOptions are a mount's settings: the FUSE adapter's (Volume and
+// Logger are filled in) and the fs node's data cache bound
+// (node.FSNodeOptions.DataCacheBytes).
+type mountOptions struct {
+	fuse      fuse.Options
+	dataCache int64
+}
+
+// mountFS mounts volume name on dir as node id.
+func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, mo mountOptions, log *slog.Logger) (*fsMount, error) {
+	opts := mo.fuse
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
 	}
-	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log})
+	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})
 	if err != nil {
 		if errors.Is(err, filesys.ErrNotFormatted) {
 			return nil, fmt.Errorf("%w: run plumeria format --volume %s first", err, name)

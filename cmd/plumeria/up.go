@@ -127,7 +127,7 @@ func upCmd() *cobra.Command {
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		host, _ := os.Hostname()
-		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, fuse.Options{CacheTimeout: kernelCacheDefault}, log)
+		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, mountOptions{fuse: fuse.Options{CacheTimeout: kernelCacheDefault}}, log)
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
 		}

@@ -1,0 +1,146 @@
+package filesys
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// pageCache keeps clean file data in the fs node, in pages of pageBytes
+// of an inode's extent, least recently used first out past its byte
+// bound. The kernel drops its own page cache of a file at every open (the
+// mount does not use FOPEN_KEEP_CACHE: its pages cannot be dropped
+// synchronously on a revoke), so without this every open and read of a
+// file already read or written here went to the volume.
+//
+// Coherence: a page of inode ino is read, filled and changed only by an
+// operation that holds ino's lock (Read in read mode, Write in write mode),
+// and every page of ino is dropped before that lock leaves the node (Revoke
+// to None), and when ino's bytes change other than through Write:
+// truncate, zeroing and hole punching, freeing or reusing the inode, a
+// data write that failed. A Write updates the pages it covers that are
+// cached (the bytes also go to the volume, written behind), so reads here
+// see it at once. Nothing dirty is kept: write-behind (data.go) owns the
+// bytes until the volume has them.
+type pageCache struct {
+	mu    sync.Mutex
+	max   int64 // bytes; 0: no cache
+	bytes int64
+	pages map[pageKey]*list.Element // of *cpage
+	lru   list.List                 // front: most recently used
+	byIno map[uint64]map[uint64]*list.Element
+
+	hits, misses prometheus.Counter
+	size         prometheus.Gauge
+}
+
+// pageBytes is the size of a cached page: one volume read fills it (the
+// volume's chunk, 64 KiB by default).
+const pageBytes = 64 << 10
+
+type pageKey struct{ ino, idx uint64 }
+
+type cpage struct {
+	key  pageKey
+	data []byte // pageBytes
+}
+
+func (c *pageCache) init(max int64, s *stats) {
+	c.max = max
+	c.pages = map[pageKey]*list.Element{}
+	c.byIno = map[uint64]map[uint64]*list.Element{}
+	c.hits, c.misses, c.size = s.pageHits, s.pageMisses, s.pageBytes
+}
+
+// get copies page (ino, idx) from off within it into p, if cached.
+func (c *pageCache) get(ino, idx uint64, off int, p []byte) bool {
+	if c.max == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.pages[pageKey{ino, idx}]
+	if e == nil {
+		c.misses.Inc()
+		return false
+	}
+	c.hits.Inc()
+	c.lru.MoveToFront(e)
+	copy(p, e.Value.(*cpage).data[off:])
+	return true
+}
+
+// put caches data (pageBytes, owned by the cache from now on) as page
+// (ino, idx), unless it is cached already.
+func (c *pageCache) put(ino, idx uint64, data []byte) {
+	if c.max == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := pageKey{ino, idx}
+	if c.pages[k] != nil {
+		return
+	}
+	e := c.lru.PushFront(&cpage{key: k, data: data})
+	c.pages[k] = e
+	m := c.byIno[ino]
+	if m == nil {
+		m = map[uint64]*list.Element{}
+		c.byIno[ino] = m
+	}
+	m[idx] = e
+	c.bytes += pageBytes
+	for c.bytes > c.max {
+		c.removeLocked(c.lru.Back())
+	}
+	c.size.Set(float64(c.bytes))
+}
+
+// write copies p, written at extent offset off of ino, into the cached
+// pages it covers.
+func (c *pageCache) write(ino uint64, p []byte, off uint64) {
+	if c.max == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.byIno[ino]
+	if len(m) == 0 {
+		return
+	}
+	for len(p) > 0 {
+		idx, in := off/pageBytes, int(off%pageBytes)
+		n := min(len(p), pageBytes-in)
+		if e := m[idx]; e != nil {
+			copy(e.Value.(*cpage).data[in:], p[:n])
+		}
+		p, off = p[n:], off+uint64(n)
+	}
+}
+
+// drop forgets every page of ino.
+func (c *pageCache) drop(ino uint64) {
+	if c.max == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, e := range c.byIno[ino] {
+		c.removeLocked(e)
+	}
+	c.size.Set(float64(c.bytes))
+}
+
+func (c *pageCache) removeLocked(e *list.Element) {
+	pg := c.lru.Remove(e).(*cpage)
+	delete(c.pages, pg.key)
+	if m := c.byIno[pg.key.ino]; m != nil {
+		delete(m, pg.key.idx)
+		if len(m) == 0 {
+			delete(c.byIno, pg.key.ino)
+		}
+	}
+	c.bytes -= pageBytes
+}
