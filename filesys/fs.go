@@ -125,6 +125,10 @@ type FS struct {
 		invalidate func(ino uint64, dir bool, name string)
 		statfs     statfsCache
 	}
+	lease struct { // CacheFor's last answer
+		mu        sync.Mutex
+		at, until time.Time
+	}
 	flocks    *fileLocks
 	orph      orphanTable // this node's slot's orphan table (orphans.go)
 	janitorMu sync.Mutex  // one pass over recovered slots at a time

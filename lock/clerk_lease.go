@@ -81,6 +81,26 @@ func (c *Clerk) renewAck(m RenewAck) {
 	}
 }
 
+// LeaseLeft reports for how many more ticks the clerk may believe in every
+// lock it holds: the least, over the groups where it holds something, of
+// what their leases have left (LeaseTicks-LeaseMarginTicks when it holds
+// nothing; 0 once the session is lost). A cache that the holder of a lock
+// cannot drop on its own when its lease runs out (the kernel's, through
+// FUSE timeouts) must expire by then.
+func (c *Clerk) LeaseLeft() int64 {
+	if c.lost {
+		return 0
+	}
+	end := int64(c.cfg.LeaseTicks - c.cfg.LeaseMarginTicks)
+	left := end
+	for g, n := range c.count {
+		if n > 0 {
+			left = min(left, c.lease[g]+end-c.now)
+		}
+	}
+	return max(left, 0)
+}
+
 // checkLease ends the session when its belief in a group where it holds
 // something has run out.
 func (c *Clerk) checkLease() {

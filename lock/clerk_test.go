@@ -274,3 +274,33 @@ func TestClerkDowngradeDuringRevoke(t *testing.T) {
 		t.Fatalf("flushed(none) after downgrade: %+v", rd)
 	}
 }
+
+// TestClerkLeaseLeft: what LeaseLeft reports follows the belief in the
+// held locks: the full lease with nothing held, what the last acknowledged
+// renewal left while holding, 0 once the session is lost.
+func TestClerkLeaseLeft(t *testing.T) {
+	c := newTestClerk(t)
+	drainClerk(c)
+	if got := c.LeaseLeft(); got != 30-3 {
+		t.Fatalf("nothing held: LeaseLeft %d, want %d", got, 30-3)
+	}
+	grantW(t, c, 7)
+	renewed(t, c) // acknowledged renewal sent at tick 1
+	for c.now < 10 {
+		c.Tick()
+		drainClerk(c)
+	}
+	if got, want := c.LeaseLeft(), int64(1+30-3-10); got != want {
+		t.Fatalf("at tick %d: LeaseLeft %d, want %d", c.now, got, want)
+	}
+	for !c.Lost() {
+		c.Tick()
+		drainClerk(c)
+		if left := c.LeaseLeft(); left < 0 || c.Holds("t", 7) == Write && left == 0 {
+			t.Fatalf("at tick %d: LeaseLeft %d while holding %v", c.now, left, c.Holds("t", 7))
+		}
+	}
+	if got := c.LeaseLeft(); got != 0 {
+		t.Fatalf("lost: LeaseLeft %d", got)
+	}
+}

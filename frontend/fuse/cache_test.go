@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -119,5 +120,54 @@ func TestInvalidationInFlight(t *testing.T) {
 	v.entryDone(since, &out, m.fsys)
 	if out.AttrTimeout() != time.Hour {
 		t.Errorf("reply's attribute timeout %v, want 1h", out.AttrTimeout())
+	}
+}
+
+// leased is memfs with a lease: CacheFor reports what is left of it.
+type leased struct {
+	*memfs.FS
+	left atomic.Int64 // nanoseconds
+}
+
+func (l *leased) CacheFor() time.Duration { return time.Duration(l.left.Load()) }
+
+// TestCacheBoundedByLease: the kernel keeps names and attributes no longer
+// than the file system's lease leaves (a node paused past its lease has
+// its locks taken without a revoke, so nothing would drop them): with
+// no lease left every stat asks again; with some left, timeouts are cut.
+func TestCacheBoundedByLease(t *testing.T) {
+	fsys := &leased{FS: memfs.New()}
+	fsys.left.Store(int64(time.Hour))
+	m, dir := mountFS(t, fsys, Options{CacheTimeout: time.Hour})
+	if !m.ep.ok() {
+		t.Skip("this kernel takes no dentry epochs: names are not cached")
+	}
+	p := filepath.Join(dir, "f")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fsys.left.Store(0)
+	os.Stat(p) // cached for an hour before the lease was gone
+	m.inval.bump()
+	os.Stat(p) // looked up again: cached for 0
+	l0, g0 := opCount(t, m.stats, "lookup"), opCount(t, m.stats, "getattr")
+	for range 5 {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l, g := opCount(t, m.stats, "lookup")-l0, opCount(t, m.stats, "getattr")-g0; l < 5 || g < 5 {
+		t.Errorf("5 stats with no lease left: %d lookups, %d getattrs; want 5 of each", l, g)
+	}
+	fsys.left.Store(int64(2 * time.Second))
+	var out fuse.EntryOut
+	r := &rawFS{m: m}
+	r.entry(1, &out, func() fuse.Status {
+		out.SetEntryTimeout(time.Hour)
+		out.SetAttrTimeout(time.Hour)
+		return fuse.OK
+	})
+	if out.EntryTimeout() > 2*time.Second || out.AttrTimeout() > 2*time.Second {
+		t.Errorf("timeouts %v and %v with 2 s of lease left", out.EntryTimeout(), out.AttrTimeout())
 	}
 }

@@ -18,6 +18,7 @@ package fuse
 
 import (
 	"context"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys"
 )
@@ -79,4 +80,9 @@ type FileSystem interface {
 	// pages in the background. The callback never waits for a kernel lock
 	// (see invalidator), so it may be called with locks held.
 	SetInvalidator(func(ino uint64, dir bool, name string))
+	// CacheFor bounds how long the kernel may keep what it learns now:
+	// the file system's locks may go to other nodes without an
+	// invalidation after that (its lease ran out while it was stopped or
+	// paused). Timeouts of replies are cut to it.
+	CacheFor() time.Duration
 }

@@ -23,11 +23,19 @@ var _ FileSystem = (*memfs.FS)(nil)
 // the mount goes away when the test ends.
 func mountMem(t *testing.T, opts Options) (*memfs.FS, *Server, string) {
 	t.Helper()
+	fsys := memfs.New()
+	m, dir := mountFS(t, fsys, opts)
+	return fsys, m, dir
+}
+
+// mountFS mounts fsys on a temporary directory; the mount goes away when
+// the test ends.
+func mountFS(t *testing.T, fsys FileSystem, opts Options) (*Server, string) {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse")
 	}
 	dir := t.TempDir()
-	fsys := memfs.New()
 	opts.Volume = "test"
 	m, err := Mount(dir, fsys, opts)
 	if err != nil {
@@ -43,7 +51,7 @@ func mountMem(t *testing.T, opts Options) (*memfs.FS, *Server, string) {
 		}
 		waitGone(t, m, dir, st.Dev)
 	})
-	return fsys, m, dir
+	return m, dir
 }
 
 // waitGone waits for the kernel to let go of a mount. If a file of the

@@ -91,12 +91,22 @@ func caller(ctx context.Context) filesys.Caller {
 
 func isDir(a filesys.Attr) bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
 
-// attrTTL is how long the kernel may keep a's attributes (Options).
+// attrTTL is how long the kernel may keep a's attributes (Options, cut
+// to the file system's lease).
 func (m *Server) attrTTL(a filesys.Attr) time.Duration {
 	if isDir(a) {
-		return m.ttl.dirAttr
+		return m.bound(m.ttl.dirAttr)
 	}
-	return m.ttl.attr
+	return m.bound(m.ttl.attr)
+}
+
+// bound cuts a timeout to what the file system's lease leaves
+// (FileSystem.CacheFor).
+func (m *Server) bound(d time.Duration) time.Duration {
+	if d <= 0 {
+		return d
+	}
+	return min(d, m.fsys.CacheFor())
 }
 
 // fillAttr copies a into out. Blksize is set so that go-fuse keeps Blocks

@@ -167,6 +167,14 @@ func (c *Clerk) Holds(table string, l uint64) lock.Mode {
 	return c.mu.core.Holds(table, l)
 }
 
+// LeaseLeft reports how long the clerk may still believe in every lock it
+// holds (lock.Clerk.LeaseLeft), less one tick: ticks advance in steps.
+func (c *Clerk) LeaseLeft() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return max(time.Duration(c.mu.core.LeaseLeft()-1)*c.cfg.Tick, 0)
+}
+
 func (c *Clerk) pinLocked(key waitKey, mode lock.Mode) {
 	p := c.mu.pins[key]
 	if mode == lock.Write {

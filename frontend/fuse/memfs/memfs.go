@@ -11,6 +11,7 @@ package memfs
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -745,6 +746,10 @@ func (f *FS) Setlk(ctx context.Context, ino uint64, owner uint64, lk filesys.Fil
 		}
 	}
 }
+
+// CacheFor is unbounded: memfs has no leases (it tells the kernel of
+// every change through the invalidator).
+func (f *FS) CacheFor() time.Duration { return math.MaxInt64 }
 
 func (f *FS) SetInvalidator(fn func(ino uint64, dir bool, name string)) {
 	f.mu.Lock()
