@@ -14,7 +14,6 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/filesys/redo"
 	"github.com/plumeria-fs/plumeria/lock"
-	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // cblock is a cached metadata block. Invariant: it is only read or changed
@@ -421,13 +420,13 @@ func (fs *FS) invalidate(ino uint64, to lock.Mode) {
 	}
 }
 
-// ioError wraps a volume error (a full brick is ErrNoSpace); a fenced or
+// ioError wraps a device error (a full brick is ErrNoSpace); a fenced or
 // lost node stops.
 func (fs *FS) ioError(what string, addr uint64, err error) error {
 	switch {
 	case isFatal(err):
 		return fs.fail(fmt.Errorf("%s at %#x: %w", what, addr, err))
-	case errors.Is(err, volume.ErrNoSpace):
+	case errors.Is(err, ErrNoSpace):
 		return fmt.Errorf("%w: %s at %#x: %v", ErrNoSpace, what, addr, err)
 	}
 	return fmt.Errorf("%w: %s at %#x: %v", ErrIO, what, addr, err)

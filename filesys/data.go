@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
-	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // Write-behind of file data. Write copies the bytes and returns once the
@@ -110,7 +109,7 @@ func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64) 
 		return nil, false
 	}
 	d.fs.stats.dataErrors.Inc()
-	if noSpace = errors.Is(err, volume.ErrNoSpace); noSpace {
+	if noSpace = errors.Is(err, ErrNoSpace); noSpace {
 		d.mu.Lock()
 		d.noSpace = time.Now()
 		d.mu.Unlock()

@@ -33,12 +33,20 @@ import (
 	"github.com/plumeria-fs/plumeria/volume"
 )
 
-// Device is the shared volume, as the volume client provides it.
+// Device is the shared volume, as the volume client provides it (package
+// node adapts it). Besides its own errors it reports, wrapped so that
+// errors.Is finds them, ErrDeviceFenced when it refuses this node's writes
+// and ErrNoSpace when a brick refuses a write for lack of space.
 type Device interface {
 	ReadAt(ctx context.Context, p []byte, off uint64) error  // never-written bytes read as zeros
 	WriteAt(ctx context.Context, p []byte, off uint64) error // durable on every replica when it returns
 	Decommit(ctx context.Context, off, n uint64) error       // the range reads as zeros afterwards
 }
+
+// ErrDeviceFenced is what a Device reports when it refuses this node's
+// writes: its lock session was fenced (another node replays its log). The
+// file system stops; a remount is needed.
+var ErrDeviceFenced = errors.New("device: this node's writes are fenced")
 
 // metaDev is the device as the log, metadata write-back and recovery use
 // it: their writes may use the space bricks keep for metadata

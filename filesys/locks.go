@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/lock"
-	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // localLocks orders this node's own operations under one cluster lock: the
@@ -158,7 +157,7 @@ func (fs *FS) lockError(id uint64, err error) error {
 	return fmt.Errorf("%w: lock %d: %v", ErrIO, id, err)
 }
 
-// isFatal reports volume errors after which this node must stop writing.
-func isFatal(err error) bool { return errors.Is(err, volume.ErrFenced) }
+// isFatal reports device errors after which this node must stop writing.
+func isFatal(err error) bool { return errors.Is(err, ErrDeviceFenced) }
 
 func newTicker(d time.Duration) *time.Ticker { return time.NewTicker(d) }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
-	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // fullData refuses writes of file data as a full brick does, while
@@ -22,7 +21,7 @@ type fullData struct {
 
 func (d *fullData) WriteAt(ctx context.Context, p []byte, off uint64) error {
 	if d.full.Load() && off >= layout.ExtentAddr(0) {
-		return fmt.Errorf("volume v: %w: brick b1 is full", volume.ErrNoSpace)
+		return fmt.Errorf("volume v: %w: brick b1 is full", ErrNoSpace)
 	}
 	return d.memDevice.WriteAt(ctx, p, off)
 }

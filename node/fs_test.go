@@ -33,7 +33,7 @@ func newFSCluster(t *testing.T) *testCluster {
 		t.Fatal(err)
 	}
 	defer vol.Close()
-	if _, err := filesys.Format(ctx, vol, false, time.Now()); err != nil {
+	if _, err := filesys.Format(ctx, NewFSDevice(vol), false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return tc

@@ -91,7 +91,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		OnRecover: func(table, dead string, s uint64) error {
 			// Not through n.FS: recovery must not wait for this node's
 			// mount, which may wait for the dead node's locks.
-			err := filesys.RecoverLog(runCtx, vol, dead, s, filesys.RecoverOptions{Logger: log, Volume: table, Registerer: opts.Registerer})
+			err := filesys.RecoverLog(runCtx, NewFSDevice(vol), dead, s, filesys.RecoverOptions{Logger: log, Volume: table, Registerer: opts.Registerer})
 			if err == nil {
 				// The dead node's orphans are freed once its locks are
 				// released, which follows this callback.
@@ -127,7 +127,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	if err := n.clerk.Open(name); err != nil {
 		return fail(err)
 	}
-	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: vol, Locker: n.clerk, Table: name, ID: id, Session: session,
+	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: NewFSDevice(vol), Locker: n.clerk, Table: name, ID: id, Session: session,
 		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
 		OnFail: n.endSession})
 	if err != nil {

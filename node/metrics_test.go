@@ -98,7 +98,7 @@ func newMetricsCluster(t *testing.T) (*testCluster, string) {
 		t.Fatal(err)
 	}
 	defer v.Close()
-	if _, err := filesys.Format(context.Background(), v, false, time.Now()); err != nil {
+	if _, err := filesys.Format(context.Background(), NewFSDevice(v), false, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return tc, coordHTTP

@@ -84,7 +84,7 @@ func (tc *testCluster) fsckClean(when string) {
 		tc.t.Fatal(err)
 	}
 	defer vol.Close()
-	rep, err := fsck.Check(ctx, vol, fsck.Options{})
+	rep, err := fsck.Check(ctx, NewFSDevice(vol), fsck.Options{})
 	if err != nil {
 		tc.t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/filesys/fsck"
+	"github.com/plumeria-fs/plumeria/node"
 )
 
 func fsckCmd() *cobra.Command {
@@ -54,7 +55,7 @@ clean (or everything found was repaired), 1 otherwise.`,
 			bar.Set64(n)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		rep, err := fsck.Check(cmd.Context(), v, fsck.Options{Repair: repair, Progress: progress, Logger: log})
+		rep, err := fsck.Check(cmd.Context(), node.NewFSDevice(v), fsck.Options{Repair: repair, Progress: progress, Logger: log})
 		if bar != nil {
 			bar.Finish()
 		}

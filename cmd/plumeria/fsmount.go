@@ -60,7 +60,7 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 		return fmt.Errorf("open volume %s: %w", name, err)
 	}
 	defer vol.Close()
-	s, err := filesys.Format(ctx, vol, force, time.Now())
+	s, err := filesys.Format(ctx, node.NewFSDevice(vol), force, time.Now())
 	if err != nil {
 		return fmt.Errorf("format %s: %w", name, err)
 	}

@@ -1,0 +1,57 @@
+package node
+
+import (
+	"context"
+	"errors"
+
+	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/volume"
+)
+
+// FSDevice is a volume as the file system's Device (filesys.Device): the
+// volume's fencing and lack of space become filesys.ErrDeviceFenced and
+// filesys.ErrNoSpace. Mounts, format, fsck and recovery all reach the
+// volume through it.
+type FSDevice struct{ vol *volume.Volume }
+
+var _ filesys.Device = FSDevice{}
+
+// NewFSDevice adapts vol, which the caller keeps and closes.
+func NewFSDevice(vol *volume.Volume) FSDevice { return FSDevice{vol: vol} }
+
+// ReadAt reads p at off.
+func (d FSDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
+	return deviceError(d.vol.ReadAt(ctx, p, off))
+}
+
+// WriteAt writes p at off.
+func (d FSDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	return deviceError(d.vol.WriteAt(ctx, p, off))
+}
+
+// Decommit makes [off, off+n) read as zeros.
+func (d FSDevice) Decommit(ctx context.Context, off, n uint64) error {
+	return deviceError(d.vol.Decommit(ctx, off, n))
+}
+
+// deviceError maps the volume's errors the file system acts on to its own
+// sentinels. The result reads as the volume's error, and errors.Is finds
+// both the filesys sentinel and the volume's.
+func deviceError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, volume.ErrFenced):
+		return &fsError{sentinel: filesys.ErrDeviceFenced, err: err}
+	case errors.Is(err, volume.ErrNoSpace):
+		return &fsError{sentinel: filesys.ErrNoSpace, err: err}
+	}
+	return err
+}
+
+// fsError is a volume error wrapped in a filesys sentinel, with the
+// volume's text.
+type fsError struct{ sentinel, err error }
+
+func (e *fsError) Error() string   { return e.err.Error() }
+func (e *fsError) Unwrap() []error { return []error{e.sentinel, e.err} }
