@@ -266,7 +266,7 @@ func (fs *FS) writeBack(ctx context.Context, blocks []*cblock, reason wbReason) 
 					buf = append(buf, s.data...)
 				}
 			}
-			if err := (blockDev{fs.cfg.Dev}).WriteAt(gctx, buf, run[0].b.addr); err != nil {
+			if err := fs.cfg.Dev.WriteMetaBlocks(gctx, buf, run[0].b.addr); err != nil {
 				return fs.ioError(fmt.Sprintf("write back %d metadata blocks", len(run)), run[0].b.addr, err)
 			}
 			return nil

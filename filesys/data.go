@@ -103,7 +103,7 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 // ErrNoSpace (noSpace true, and the node writes through for a while).
 func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64) (err error, noSpace bool) {
 	addr := layout.ExtentAddr(ino) + off
-	err = d.fs.cfg.Dev.WriteAt(ctx, p, addr)
+	err = d.fs.cfg.Dev.WriteData(ctx, p, addr)
 	if err == nil {
 		d.fs.stats.dataBytes.Add(float64(len(p)))
 		return nil, false

@@ -179,7 +179,7 @@ func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error 
 		return nil
 	}
 	if len(in.Inline) > 0 {
-		if err := fs.cfg.Dev.WriteAt(ctx, in.Inline, layout.ExtentAddr(ino)); err != nil {
+		if err := fs.cfg.Dev.WriteData(ctx, in.Inline, layout.ExtentAddr(ino)); err != nil {
 			return fs.ioError("move a small file's data to its extent", layout.ExtentAddr(ino), err)
 		}
 		in.HWM = max(in.HWM, uint64(len(in.Inline)))
@@ -246,17 +246,17 @@ func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
 	last := to / bs * bs
 	if first >= last {
 		z := make([]byte, to-from)
-		return fs.wrap(fs.cfg.Dev.WriteAt(ctx, z, base+from), "clear file bytes", base+from)
+		return fs.wrap(fs.cfg.Dev.WriteData(ctx, z, base+from), "clear file bytes", base+from)
 	}
 	if from < first {
 		z := make([]byte, first-from)
-		if err := fs.cfg.Dev.WriteAt(ctx, z, base+from); err != nil {
+		if err := fs.cfg.Dev.WriteData(ctx, z, base+from); err != nil {
 			return fs.ioError("clear file bytes", base+from, err)
 		}
 	}
 	if last < to {
 		z := make([]byte, to-last)
-		if err := fs.cfg.Dev.WriteAt(ctx, z, base+last); err != nil {
+		if err := fs.cfg.Dev.WriteData(ctx, z, base+last); err != nil {
 			return fs.ioError("clear file bytes", base+last, err)
 		}
 	}

@@ -56,7 +56,7 @@ func Format(ctx context.Context, dev Device, force bool, now time.Time) (layout.
 			rg = &layout.RG{}
 		}
 		rg.Encode(blk, g, v+1)
-		if err := dev.WriteAt(ctx, blk, layout.RGAddr(g)); err != nil {
+		if err := dev.WriteData(ctx, blk, layout.RGAddr(g)); err != nil {
 			return layout.Super{}, fmt.Errorf("write resource group %d: %w", g, err)
 		}
 	}
@@ -69,14 +69,14 @@ func Format(ctx context.Context, dev Device, force bool, now time.Time) (layout.
 	if err := layout.EncodeInode(b, RootIno, layout.Version(b)+1, root); err != nil {
 		return layout.Super{}, err
 	}
-	if err := dev.WriteAt(ctx, b, layout.InodeAddr(RootIno)); err != nil {
+	if err := dev.WriteData(ctx, b, layout.InodeAddr(RootIno)); err != nil {
 		return layout.Super{}, fmt.Errorf("write root inode: %w", err)
 	}
 	s := layout.Super{Created: now.UnixNano()}
 	if _, err := rand.Read(s.UUID[:]); err != nil {
 		return layout.Super{}, err
 	}
-	if err := dev.WriteAt(ctx, layout.EncodeSuper(s), layout.SuperAddr); err != nil {
+	if err := dev.WriteData(ctx, layout.EncodeSuper(s), layout.SuperAddr); err != nil {
 		return layout.Super{}, fmt.Errorf("write superblock: %w", err)
 	}
 	return s, nil

@@ -30,17 +30,37 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/filesys/redo"
 	"github.com/plumeria-fs/plumeria/lock"
-	"github.com/plumeria-fs/plumeria/volume"
 )
 
 // Device is the shared volume, as the volume client provides it (package
-// node adapts it). Besides its own errors it reports, wrapped so that
-// errors.Is finds them, ErrDeviceFenced when it refuses this node's writes
-// and ErrNoSpace when a brick refuses a write for lack of space.
+// node adapts it). A write is durable on every replica when it returns
+// nil. Writes come in three kinds, one method each, which differ in what a
+// brick lets them do:
+//
+//   - WriteData: file data. A brick refuses it for lack of space once only
+//     the space it keeps back for metadata is left. Format and fsck, which
+//     run with nothing mounted, write everything this way.
+//   - WriteMeta: the redo log. It may use the space bricks keep for
+//     metadata, so that a volume full of file data still lets nodes
+//     commit, delete and free space instead of failing.
+//   - WriteMetaBlocks: whole metadata blocks (metadata write-back, log slot
+//     headers, recovery), which carry their version (layout.Version, at
+//     byte layout.VersionStart of each block). Like WriteMeta they may use
+//     the reserve, and they are versioned: a brick keeps a stored block
+//     whose version is not below the one written, so a write that
+//     reaches a brick late (it sat in a TCP buffer while this node gave
+//     up, retried and gave the lock away) never overwrites a newer
+//     version. Not for the redo log, whose blocks carry no such version.
+//
+// Besides its own errors a Device reports, wrapped so that errors.Is finds
+// them, ErrDeviceFenced when it refuses this node's writes and ErrNoSpace
+// when a brick refuses a write for lack of space.
 type Device interface {
-	ReadAt(ctx context.Context, p []byte, off uint64) error  // never-written bytes read as zeros
-	WriteAt(ctx context.Context, p []byte, off uint64) error // durable on every replica when it returns
-	Decommit(ctx context.Context, off, n uint64) error       // the range reads as zeros afterwards
+	ReadAt(ctx context.Context, p []byte, off uint64) error          // never-written bytes read as zeros
+	WriteData(ctx context.Context, p []byte, off uint64) error       // file data: no reserve
+	WriteMeta(ctx context.Context, p []byte, off uint64) error       // the redo log: may use the reserve
+	WriteMetaBlocks(ctx context.Context, p []byte, off uint64) error // whole versioned metadata blocks: may use the reserve
+	Decommit(ctx context.Context, off, n uint64) error               // the range reads as zeros afterwards
 }
 
 // ErrDeviceFenced is what a Device reports when it refuses this node's
@@ -48,25 +68,16 @@ type Device interface {
 // file system stops; a remount is needed.
 var ErrDeviceFenced = errors.New("device: this node's writes are fenced")
 
-// metaDev is the device as the log, metadata write-back and recovery use
-// it: their writes may use the space bricks keep for metadata
-// (volume.Reserved), so that a volume full of file data still lets nodes
-// commit, delete and free space instead of failing.
-type metaDev struct{ Device }
+// logDevice is the device as the redo log uses it: its writes are
+// WriteMeta.
+type logDevice struct{ dev Device }
 
-func (d metaDev) WriteAt(ctx context.Context, p []byte, off uint64) error {
-	return d.Device.WriteAt(volume.Reserved(ctx), p, off)
+func (d logDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
+	return d.dev.ReadAt(ctx, p, off)
 }
 
-// blockDev is metaDev for whole metadata blocks, which carry their version
-// (layout.Version): the writes are versioned (volume.Versioned), so one
-// that reaches a brick late (it sat in a TCP buffer while this node gave
-// up, retried and gave the lock away) never overwrites a newer version.
-// Not for the redo log, whose blocks carry no such version.
-type blockDev struct{ Device }
-
-func (d blockDev) WriteAt(ctx context.Context, p []byte, off uint64) error {
-	return d.Device.WriteAt(volume.Versioned(volume.Reserved(ctx), layout.VersionStart), p, off)
+func (d logDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+	return d.dev.WriteMeta(ctx, p, off)
 }
 
 // Locker is the lock service's clerk, as lock/clerk provides it: Acquire
@@ -211,7 +222,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		fs.pages.init(0, fs.stats)
 	}
 	fs.prefetch.init()
-	fs.rlog, err = redo.Open(ctx, metaDev{cfg.Dev}, fs.logOptions(fs.slot))
+	fs.rlog, err = redo.Open(ctx, logDevice{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
 	}

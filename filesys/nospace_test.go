@@ -9,21 +9,20 @@ import (
 	"testing"
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
-	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
 
 // fullData refuses writes of file data as a full brick does, while
-// metadata and log writes still fit.
+// metadata and log writes still fit (the bricks' reserve).
 type fullData struct {
 	*memDevice
 	full atomic.Bool
 }
 
-func (d *fullData) WriteAt(ctx context.Context, p []byte, off uint64) error {
-	if d.full.Load() && off >= layout.ExtentAddr(0) {
+func (d *fullData) WriteData(ctx context.Context, p []byte, off uint64) error {
+	if d.full.Load() {
 		return fmt.Errorf("volume v: %w: brick b1 is full", ErrNoSpace)
 	}
-	return d.memDevice.WriteAt(ctx, p, off)
+	return d.memDevice.WriteData(ctx, p, off)
 }
 
 // TestDataNoSpace: a brick refusing file data for lack of space costs the

@@ -43,7 +43,6 @@ func RecoverLog(ctx context.Context, dev Device, dead string, session uint64, op
 }
 
 func recoverLog(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger, st *stats) error {
-	dev = blockDev{dev}
 	start := time.Now()
 	blocks, err := replaySlots(ctx, dev, dead, session, log)
 	st.recoveryBlocks.Add(float64(blocks))
@@ -57,7 +56,7 @@ func recoverLog(ctx context.Context, dev Device, dead string, session uint64, lo
 }
 
 // replaySlots replays and frees the dead node's slots and returns the
-// blocks it rewrote.
+// blocks it rewrote. Its writes are WriteMetaBlocks.
 func replaySlots(ctx context.Context, dev Device, dead string, session uint64, log *slog.Logger) (int, error) {
 	b := make([]byte, layout.BlockBytes)
 	if err := dev.ReadAt(ctx, b, layout.SuperAddr); err != nil {
@@ -76,7 +75,7 @@ func replaySlots(ctx context.Context, dev Device, dead string, session uint64, l
 		if !s.Used || s.Recovered || s.Name != dead || s.Session > session {
 			continue
 		}
-		n, err := ReplayLog(ctx, dev, i)
+		n, err := replayLog(ctx, dev, i, dev.WriteMetaBlocks)
 		if err != nil {
 			return blocks, fmt.Errorf("replay log slot %d of %s: %w", i, dead, err)
 		}
@@ -93,7 +92,7 @@ func replaySlots(ctx context.Context, dev Device, dead string, session uint64, l
 			next.Recovered = true
 		}
 		log.Info("recovered a dead node's log", "node", dead, "session", s.Session, "slot", i, "blocks", n, "orphans", len(orphans))
-		if err := dev.WriteAt(ctx, layout.EncodeSlot(i, next, vers[i]+1), layout.SlotAddr(i)); err != nil {
+		if err := dev.WriteMetaBlocks(ctx, layout.EncodeSlot(i, next, vers[i]+1), layout.SlotAddr(i)); err != nil {
 			return blocks, fmt.Errorf("free log slot %d: %w", i, err)
 		}
 	}
@@ -101,9 +100,16 @@ func replaySlots(ctx context.Context, dev Device, dead string, session uint64, l
 }
 
 // ReplayLog applies log slot i's unreleased records to the blocks in
-// place and returns how many blocks it wrote. fsck uses it too.
+// place and returns how many blocks it wrote. It is fsck's (nothing
+// mounted): it writes the blocks with WriteData, as fsck writes
+// everything; recovery replays with WriteMetaBlocks.
 func ReplayLog(ctx context.Context, dev Device, slot int) (int, error) {
-	recs, err := redo.Recover(ctx, dev, redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes})
+	return replayLog(ctx, dev, slot, dev.WriteData)
+}
+
+// replayLog is ReplayLog writing each block with write.
+func replayLog(ctx context.Context, dev Device, slot int, write func(ctx context.Context, p []byte, off uint64) error) (int, error) {
+	recs, err := redo.Recover(ctx, logDevice{dev}, redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes})
 	if err != nil {
 		return 0, err
 	}
@@ -134,7 +140,7 @@ func ReplayLog(ctx context.Context, dev Device, slot int) (int, error) {
 			}
 			layout.SetVersion(b, v)
 			written[k] = true
-			if err := dev.WriteAt(gctx, b, blk.Addr); err != nil {
+			if err := write(gctx, b, blk.Addr); err != nil {
 				return fmt.Errorf("write block %#x: %w", blk.Addr, err)
 			}
 			return nil

@@ -55,7 +55,7 @@ func (fs *FS) claimSlot(ctx context.Context) (int, error) {
 			continue
 		}
 		s := layout.Slot{Used: true, Session: fs.cfg.Session, UUID: fs.super.UUID, Name: fs.cfg.ID}
-		if err := (blockDev{fs.cfg.Dev}).WriteAt(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
+		if err := fs.cfg.Dev.WriteMetaBlocks(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
 			return 0, fs.ioError("claim log slot", layout.SlotAddr(i), err)
 		}
 		return i, nil
@@ -94,7 +94,7 @@ func (fs *FS) rewriteSlot(ctx context.Context, i int, next func(layout.Slot) (la
 	if !ok {
 		return nil
 	}
-	if err := (blockDev{fs.cfg.Dev}).WriteAt(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
+	if err := fs.cfg.Dev.WriteMetaBlocks(ctx, layout.EncodeSlot(i, s, vers[i]+1), layout.SlotAddr(i)); err != nil {
 		return fs.ioError("rewrite log slot header", layout.SlotAddr(i), err)
 	}
 	return nil

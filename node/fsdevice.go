@@ -5,13 +5,15 @@ import (
 	"errors"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/volume"
 )
 
-// FSDevice is a volume as the file system's Device (filesys.Device): the
-// volume's fencing and lack of space become filesys.ErrDeviceFenced and
-// filesys.ErrNoSpace. Mounts, format, fsck and recovery all reach the
-// volume through it.
+// FSDevice is a volume as the file system's Device (filesys.Device): its
+// kinds of write become volume writes with volume.Reserved and
+// volume.Versioned contexts, and the volume's fencing and lack of space
+// become filesys.ErrDeviceFenced and filesys.ErrNoSpace. Mounts, format,
+// fsck and recovery all reach the volume through it.
 type FSDevice struct{ vol *volume.Volume }
 
 var _ filesys.Device = FSDevice{}
@@ -24,9 +26,23 @@ func (d FSDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
 	return deviceError(d.vol.ReadAt(ctx, p, off))
 }
 
-// WriteAt writes p at off.
-func (d FSDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+// WriteData writes p at off as a plain volume write: a brick refuses it
+// once only its metadata reserve is left.
+func (d FSDevice) WriteData(ctx context.Context, p []byte, off uint64) error {
 	return deviceError(d.vol.WriteAt(ctx, p, off))
+}
+
+// WriteMeta writes p at off as metadata (volume.Reserved): it may use the
+// space each brick keeps back for metadata.
+func (d FSDevice) WriteMeta(ctx context.Context, p []byte, off uint64) error {
+	return deviceError(d.vol.WriteAt(volume.Reserved(ctx), p, off))
+}
+
+// WriteMetaBlocks writes whole metadata blocks at off as metadata and
+// versioned (volume.Versioned at layout.VersionStart): a brick keeps a
+// stored block whose version is not below the one written.
+func (d FSDevice) WriteMetaBlocks(ctx context.Context, p []byte, off uint64) error {
+	return deviceError(d.vol.WriteAt(volume.Versioned(volume.Reserved(ctx), layout.VersionStart), p, off))
 }
 
 // Decommit makes [off, off+n) read as zeros.

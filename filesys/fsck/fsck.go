@@ -150,8 +150,9 @@ type checker struct {
 }
 
 // Check verifies the file system on dev (which no node may have mounted)
-// and, with opts.Repair, repairs it. It returns an error only when it
-// cannot proceed: no superblock, or the volume fails.
+// and, with opts.Repair, repairs it (every write is dev.WriteData). It
+// returns an error only when it cannot proceed: no superblock, or the
+// volume fails.
 func Check(ctx context.Context, dev filesys.Device, opts Options) (Report, error) {
 	c := &checker{ctx: ctx, dev: dev, opts: opts, log: opts.Logger, inodes: map[uint64]*info{}, complete: true}
 	if c.log == nil {
@@ -273,7 +274,7 @@ func (c *checker) checkSlots(super layout.Super) error {
 		if err != nil {
 			return err
 		}
-		if err := c.dev.WriteAt(c.ctx, layout.EncodeSlot(i, layout.Slot{}, v+1), layout.SlotAddr(i)); err != nil {
+		if err := c.dev.WriteData(c.ctx, layout.EncodeSlot(i, layout.Slot{}, v+1), layout.SlotAddr(i)); err != nil {
 			return fmt.Errorf("free log slot %d: %w", i, err)
 		}
 		c.repaired(p, fmt.Sprintf("replayed its log (%d blocks written), cleared its orphan table (%d entries) and freed the slot", n, cleared))
@@ -300,7 +301,7 @@ func (c *checker) clearOrphanTable(i int) (int, error) {
 		n += len(es)
 		empty := make([]byte, layout.BlockBytes)
 		layout.PutHeader(empty, layout.Header{Kind: layout.KindOrphan, Version: h.Version + 1, Index: uint64(i*layout.OrphanBlocks + k)})
-		if err := c.dev.WriteAt(c.ctx, empty, layout.OrphanAddr(i, k)); err != nil {
+		if err := c.dev.WriteData(c.ctx, empty, layout.OrphanAddr(i, k)); err != nil {
 			return n, fmt.Errorf("clear block %d of the orphan table of log slot %d: %w", k, i, err)
 		}
 	}
@@ -408,7 +409,7 @@ func (c *checker) writeGroups() error {
 			continue
 		}
 		gr.rg.Encode(b, g, gr.version+1)
-		if err := c.dev.WriteAt(c.ctx, b, layout.RGAddr(g)); err != nil {
+		if err := c.dev.WriteData(c.ctx, b, layout.RGAddr(g)); err != nil {
 			return fmt.Errorf("write group %d: %w", g, err)
 		}
 		gr.dirty = false
@@ -587,7 +588,7 @@ func (c *checker) writeInode(ino, v uint64, in *layout.Inode) error {
 	if err := layout.EncodeInode(b, ino, v, in); err != nil {
 		return err
 	}
-	if err := c.dev.WriteAt(c.ctx, b, layout.InodeAddr(ino)); err != nil {
+	if err := c.dev.WriteData(c.ctx, b, layout.InodeAddr(ino)); err != nil {
 		return fmt.Errorf("write inode %d: %w", ino, err)
 	}
 	return nil
@@ -666,7 +667,7 @@ func (d *blocks) flush() error {
 	}
 	slices.Sort(ns)
 	for _, n := range ns {
-		if err := d.c.dev.WriteAt(d.c.ctx, d.staged[n], layout.DirBlockAddr(d.ino, n)); err != nil {
+		if err := d.c.dev.WriteData(d.c.ctx, d.staged[n], layout.DirBlockAddr(d.ino, n)); err != nil {
 			return fmt.Errorf("write directory %d block %d: %w", d.ino, n, err)
 		}
 	}

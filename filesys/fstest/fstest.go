@@ -37,7 +37,24 @@ func (d *MemDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
 	return nil
 }
 
-// WriteAt writes p at off.
+// WriteData writes p at off.
+func (d *MemDevice) WriteData(ctx context.Context, p []byte, off uint64) error {
+	return d.WriteAt(ctx, p, off)
+}
+
+// WriteMeta writes p at off: there is no reserve here.
+func (d *MemDevice) WriteMeta(ctx context.Context, p []byte, off uint64) error {
+	return d.WriteAt(ctx, p, off)
+}
+
+// WriteMetaBlocks writes p at off. It does not keep blocks of a newer
+// version as a brick does: a single in-memory device has no late writes.
+func (d *MemDevice) WriteMetaBlocks(ctx context.Context, p []byte, off uint64) error {
+	return d.WriteAt(ctx, p, off)
+}
+
+// WriteAt writes p at off, what every kind of write does here; tests use
+// it to change blocks behind the file system's back.
 func (d *MemDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -74,7 +91,7 @@ func (d *MemDevice) Decommit(ctx context.Context, off, n uint64) error {
 	return nil
 }
 
-// Writes counts WriteAt and Decommit calls.
+// Writes counts writes (of every kind) and Decommit calls.
 func (d *MemDevice) Writes() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
