@@ -8,6 +8,7 @@ import (
 	"go/token"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -85,6 +86,33 @@ func eachFile(t *testing.T, pkg string, fn func(*ast.File)) {
 		for name, f := range p.Files {
 			if !strings.HasSuffix(name, "_test.go") {
 				fn(f)
+			}
+		}
+	}
+}
+
+// TestFilesysDeclaresItsDevice: the file system and its parts depend only
+// on the interfaces filesys declares (Device, Locker), not on the volume
+// client that package node adapts to them (STYLE.md §2).
+func TestFilesysDeclaresItsDevice(t *testing.T) {
+	out, err := exec.Command("go", "list", module+"/filesys/...").Output()
+	if err != nil {
+		t.Fatalf("go list filesys/...: %v", err)
+	}
+	pkgs := strings.Fields(string(out))
+	for _, want := range []string{"filesys", "filesys/redo", "filesys/layout", "filesys/fsck"} {
+		if !slices.Contains(pkgs, module+"/"+want) {
+			t.Errorf("go list filesys/... misses %s", want)
+		}
+	}
+	for _, pkg := range pkgs {
+		out, err := exec.Command("go", "list", "-deps", "-test=false", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			if dep == module+"/volume" || strings.HasPrefix(dep, module+"/volume/") {
+				t.Errorf("%s imports %s", pkg, dep)
 			}
 		}
 	}
