@@ -268,17 +268,31 @@ func crashAndRecover(t *testing.T, a *FS, dev *memDevice) *FS {
 	return b
 }
 
-// hookDevice runs onWrite before each write it passes on.
+// hookDevice runs onWrite before each write it passes on, of every kind.
 type hookDevice struct {
 	*memDevice
 	onWrite func(off uint64)
 }
 
-func (d hookDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+func (d hookDevice) hook(off uint64) {
 	if d.onWrite != nil {
 		d.onWrite(off)
 	}
-	return d.memDevice.WriteAt(ctx, p, off)
+}
+
+func (d hookDevice) WriteData(ctx context.Context, p []byte, off uint64) error {
+	d.hook(off)
+	return d.memDevice.WriteData(ctx, p, off)
+}
+
+func (d hookDevice) WriteMeta(ctx context.Context, p []byte, off uint64) error {
+	d.hook(off)
+	return d.memDevice.WriteMeta(ctx, p, off)
+}
+
+func (d hookDevice) WriteMetaBlocks(ctx context.Context, p []byte, off uint64) error {
+	d.hook(off)
+	return d.memDevice.WriteMetaBlocks(ctx, p, off)
 }
 
 // TestWriteBackHotBlock: a block changed again while it is written back

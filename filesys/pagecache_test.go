@@ -62,7 +62,7 @@ func TestDataCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(want[1000:], "another node")
-	if err := dev.WriteAt(ctx, []byte("another node"), layout.ExtentAddr(a.Ino)+1000); err != nil {
+	if err := dev.WriteData(ctx, []byte("another node"), layout.ExtentAddr(a.Ino)+1000); err != nil {
 		t.Fatal(err)
 	}
 	read("read after a revoke", want, 4)

@@ -236,7 +236,7 @@ func editInode(t *testing.T, dev *memDevice, ino uint64, fn func(in *layout.Inod
 	if err := layout.EncodeInode(b, ino, v+1, in); err != nil {
 		t.Fatal(err)
 	}
-	dev.WriteAt(context.Background(), b, layout.InodeAddr(ino))
+	dev.WriteData(context.Background(), b, layout.InodeAddr(ino))
 }
 
 // editGroup edits the group of ino; fn gets the payload.
@@ -246,7 +246,7 @@ func editGroup(t *testing.T, dev *memDevice, ino uint64, fn func(p []byte, bit i
 	b := readBlock(t, dev, layout.RGAddr(g))
 	fn(b[layout.HeaderBytes:], int(ino%layout.InodesPerRG))
 	layout.SetVersion(b, layout.Version(b)+1)
-	dev.WriteAt(context.Background(), b, layout.RGAddr(g))
+	dev.WriteData(context.Background(), b, layout.RGAddr(g))
 }
 
 func addUsed(p []byte, d int) {
@@ -291,7 +291,7 @@ func TestDamageFoundAndRepaired(t *testing.T) {
 			ino := tr.ino["big/c2/deep"]
 			b := readBlock(t, tr.dev, layout.InodeAddr(ino))
 			b[0] ^= 0xff // bad magic
-			tr.dev.WriteAt(context.Background(), b, layout.InodeAddr(ino))
+			tr.dev.WriteData(context.Background(), b, layout.InodeAddr(ino))
 			delete(tr.want, "big/c2/deep")
 			return []string{`entry "deep"`, "does not decode", "allocated but unreachable, and does not decode"}
 		}},
@@ -309,7 +309,7 @@ func TestDamageFoundAndRepaired(t *testing.T) {
 			h, _ := layout.DecodeHeader(b)
 			h.Index = 5
 			layout.PutHeader(b, h)
-			tr.dev.WriteAt(context.Background(), b, layout.InodeAddr(ino))
+			tr.dev.WriteData(context.Background(), b, layout.InodeAddr(ino))
 			return []string{fmt.Sprintf("inode %d: its block's header has a nonzero index", ino)}
 		}},
 		{"wrong entry type", func(t *testing.T, tr *tree) []string {
@@ -412,7 +412,7 @@ func TestCorruptDirectory(t *testing.T) {
 	}
 	h.Owner = 12345
 	layout.PutHeader(b, h)
-	tr.dev.WriteAt(context.Background(), b, layout.DirBlockAddr(big, 0))
+	tr.dev.WriteData(context.Background(), b, layout.DirBlockAddr(big, 0))
 	for _, repair := range []bool{false, true} {
 		before := tr.dev.Blocks()
 		rep := check(t, tr.dev, repair)
@@ -438,7 +438,7 @@ func TestNoFileSystem(t *testing.T) {
 	dev := newMemDevice()
 	b := make([]byte, layout.BlockBytes)
 	layout.PutHeader(b, layout.Header{Kind: layout.KindInode, Version: 1})
-	dev.WriteAt(context.Background(), b, 0)
+	dev.WriteData(context.Background(), b, 0)
 	if _, err := Check(context.Background(), dev, Options{}); err == nil || !strings.Contains(err.Error(), "superblock") {
 		t.Fatalf("bad superblock: %v", err)
 	}

@@ -37,25 +37,26 @@ func (d *MemDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
 	return nil
 }
 
-// WriteData writes p at off.
+// WriteData writes p at off. Tests also use it to change blocks behind
+// the file system's back.
 func (d *MemDevice) WriteData(ctx context.Context, p []byte, off uint64) error {
-	return d.WriteAt(ctx, p, off)
+	return d.write(p, off)
 }
 
 // WriteMeta writes p at off: there is no reserve here.
 func (d *MemDevice) WriteMeta(ctx context.Context, p []byte, off uint64) error {
-	return d.WriteAt(ctx, p, off)
+	return d.write(p, off)
 }
 
 // WriteMetaBlocks writes p at off. It does not keep blocks of a newer
-// version as a brick does: a single in-memory device has no late writes.
+// version as a brick does: writes in memory never arrive late.
 func (d *MemDevice) WriteMetaBlocks(ctx context.Context, p []byte, off uint64) error {
-	return d.WriteAt(ctx, p, off)
+	return d.write(p, off)
 }
 
-// WriteAt writes p at off, what every kind of write does here; tests use
-// it to change blocks behind the file system's back.
-func (d *MemDevice) WriteAt(ctx context.Context, p []byte, off uint64) error {
+// write is what every kind of write does here. (No WriteAt: a test double
+// wrapping MemDevice must intercept the kinds it cares about by name.)
+func (d *MemDevice) write(p []byte, off uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.writes++
