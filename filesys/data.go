@@ -11,11 +11,15 @@ import (
 )
 
 // Write-behind of file data. Write copies the bytes and returns once the
-// volume write is under way; up to dataInflightMax bytes are in flight at
-// once, so a sequential writer keeps the replicated volume busy instead
-// of waiting for each write's round trip. What still holds:
+// volume write is under way, or gathered into a run with the writes to the
+// same file it continues (up to coalesceMax; small sequential writes then
+// cost one volume write per run instead of one each); up to
+// dataInflightMax bytes are accepted and not yet written at once, so a
+// sequential writer keeps the replicated volume busy instead of waiting
+// for each write's round trip. What still holds:
 //   - Ordered data: the redo log writes a batch only after every data write
-//     issued before it has finished (redo.Options.BeforeWrite), so no record
+//     accepted before it (gathered runs are started first) has finished
+//     (redo.Options.BeforeWrite), so no record
 //     that makes bytes visible (a larger size) is durable before them; a
 //     data write that failed stops the log (and the node) instead.
 //   - Except for lack of space: a brick that refused a data write as full
@@ -37,10 +41,11 @@ type dataWriter struct {
 	seq  uint64 // last write issued
 	// inflight holds the writes under way by sequence number.
 	inflight map[uint64]dataWrite
-	bytes    int              // bytes under way
-	errs     map[uint64]error // by inode: first failure not yet reported by fsync
-	failed   error            // first failure of all: the log must not go on
-	noSpace  time.Time        // last write a brick refused for lack of space
+	pending  map[uint64]*pendingRun // by inode: gathered small writes, not started
+	bytes    int                    // bytes accepted and not yet written (gathered or under way)
+	errs     map[uint64]error       // by inode: first failure not yet reported by fsync
+	failed   error                  // first failure of all: the log must not go on
+	noSpace  time.Time              // last write a brick refused for lack of space
 }
 
 // lowSpaceFor is how long after a brick refused a data write for lack of
@@ -59,27 +64,88 @@ func (d *dataWriter) init(fs *FS) {
 	d.fs = fs
 	d.cond = sync.NewCond(&d.mu)
 	d.inflight = map[uint64]dataWrite{}
+	d.pending = map[uint64]*pendingRun{}
 	d.errs = map[uint64]error{}
 }
 
-// write starts writing p (copied) at off of ino's extent. It waits while
-// too much is in flight or an earlier write to an overlapping range of
-// ino is under way.
+// write starts writing p (copied) at off of ino's extent. Small writes
+// that continue one another (a file written sequentially in small pieces,
+// tar's 10 KiB records) are gathered into one run of up to coalesceMax
+// bytes and written as one volume write when the run is full, when a write
+// that does not continue it comes, or when anything waits for ino's data
+// or for all data (settle, sync, barrier before a log write, drain). It
+// waits while too much is accepted and not yet written.
 func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64) {
-	w := dataWrite{ino: ino, off: off, end: off + uint64(len(p))}
-	buf := append([]byte(nil), p...)
 	d.mu.Lock()
-	for d.bytes > 0 && d.bytes+len(p) > dataInflightMax || d.overlapsLocked(w) {
+	defer d.mu.Unlock()
+	// Gathered runs count too: they are started so that they can finish.
+	for d.bytes > 0 && d.bytes+len(p) > dataInflightMax {
+		if len(d.pending) > 0 {
+			d.startAllLocked()
+			continue
+		}
 		d.cond.Wait()
 	}
+	d.bytes += len(p)
+	d.fs.stats.dataInflight.Add(float64(len(p)))
+	if r := d.pending[ino]; r != nil && off == r.off+uint64(len(r.buf)) && len(r.buf)+len(p) <= coalesceMax {
+		r.buf = append(r.buf, p...)
+		if len(r.buf) >= coalesceMax {
+			d.startPendingLocked(ino)
+		}
+		return
+	}
+	d.startPendingLocked(ino) // the run before goes first
+	if len(p) < coalesceMax/2 {
+		buf := make([]byte, len(p), min(coalesceMax, max(4*len(p), 64<<10)))
+		copy(buf, p)
+		d.pending[ino] = &pendingRun{ctx: context.WithoutCancel(ctx), off: off, buf: buf}
+		return
+	}
+	d.startLocked(context.WithoutCancel(ctx), ino, append([]byte(nil), p...), off)
+}
+
+// pendingRun is a run of writes to one file gathered and not yet started.
+type pendingRun struct {
+	ctx context.Context // of its first write
+	off uint64
+	buf []byte
+}
+
+// coalesceMax bounds a gathered run: one volume write of up to 1 MiB.
+const coalesceMax = 1 << 20
+
+// startPendingLocked starts ino's gathered run, if any.
+func (d *dataWriter) startPendingLocked(ino uint64) {
+	if r := d.pending[ino]; r != nil {
+		delete(d.pending, ino)
+		d.startLocked(r.ctx, ino, r.buf, r.off)
+	}
+}
+
+// startAllLocked starts every gathered run.
+func (d *dataWriter) startAllLocked() {
+	for ino := range d.pending {
+		d.startPendingLocked(ino)
+	}
+}
+
+// startLocked registers buf (its bytes already counted in d.bytes) as the
+// next write and starts it: it goes to the volume once no earlier write of
+// ino to an overlapping range is under way, so writes to a file reach the
+// volume in the order they were made.
+func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, off uint64) {
+	w := dataWrite{ino: ino, off: off, end: off + uint64(len(buf))}
 	d.seq++
 	seq := d.seq
 	d.inflight[seq] = w
-	d.bytes += len(p)
-	d.fs.stats.dataInflight.Add(float64(len(p)))
-	d.mu.Unlock()
 	go func() {
-		err, noSpace := d.put(context.WithoutCancel(ctx), ino, buf, off)
+		d.mu.Lock()
+		for d.overlapsBeforeLocked(w, seq) {
+			d.cond.Wait()
+		}
+		d.mu.Unlock()
+		err, noSpace := d.put(ctx, ino, buf, off)
 		if err != nil {
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
 			d.fs.pages.drop(ino) // reads here must not return bytes the volume lacks
@@ -143,9 +209,11 @@ func (d *dataWriter) takeErr(ino uint64) error {
 	return err
 }
 
-func (d *dataWriter) overlapsLocked(w dataWrite) bool {
-	for _, o := range d.inflight {
-		if o.ino == w.ino && o.off < w.end && w.off < o.end {
+// overlapsBeforeLocked reports whether a write registered before seq
+// overlaps w and is still under way.
+func (d *dataWriter) overlapsBeforeLocked(w dataWrite, seq uint64) bool {
+	for s, o := range d.inflight {
+		if s < seq && o.ino == w.ino && o.off < w.end && w.off < o.end {
 			return true
 		}
 	}
@@ -156,6 +224,7 @@ func (d *dataWriter) overlapsLocked(w dataWrite) bool {
 func (d *dataWriter) settle(ino uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.startPendingLocked(ino)
 	for d.busyLocked(ino) {
 		d.cond.Wait()
 	}
@@ -175,6 +244,7 @@ func (d *dataWriter) busyLocked(ino uint64) bool {
 func (d *dataWriter) sync(ino uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.startPendingLocked(ino)
 	for d.busyLocked(ino) {
 		d.cond.Wait()
 	}
@@ -194,6 +264,7 @@ func (d *dataWriter) sync(ino uint64) error {
 func (d *dataWriter) barrier() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.startAllLocked()
 	upTo := d.seq
 	for d.oldestLocked() <= upTo {
 		d.cond.Wait()
@@ -214,6 +285,7 @@ func (d *dataWriter) oldestLocked() uint64 {
 func (d *dataWriter) drain() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.startAllLocked()
 	for len(d.inflight) > 0 {
 		d.cond.Wait()
 	}
