@@ -41,6 +41,13 @@ func checkBenchLines(t *testing.T, out string, suffixes ...string) {
 			}
 		}
 	}
+	checkMetricLines(t, out, want)
+}
+
+// checkMetricLines checks that out holds exactly the "name value unit"
+// lines of want (name to unit), once each, every value a positive number.
+func checkMetricLines(t *testing.T, out string, want map[string]string) {
+	t.Helper()
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != len(want) {
 		t.Errorf("%d lines on stdout, want %d", len(lines), len(want))

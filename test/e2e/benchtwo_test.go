@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,32 +22,7 @@ func TestBenchTwo(t *testing.T) {
 		"pingpong_ops": "ops/s", "pingpong_handoff_ms": "ms", "pingpong_handoff_p90_ms": "ms",
 		"listcreate_create": "files/s", "listcreate_list": "listings/s",
 	}
-	lines := strings.Split(strings.TrimSpace(string(r.stdout)), "\n")
-	if len(lines) != len(want) {
-		t.Errorf("%d lines on stdout, want %d", len(lines), len(want))
-	}
-	for _, line := range lines {
-		f := strings.Fields(line)
-		if len(f) != 3 {
-			t.Errorf("line %q is not: name value unit", line)
-			continue
-		}
-		unit, ok := want[f[0]]
-		if !ok {
-			t.Errorf("unexpected or repeated metric in %q", line)
-			continue
-		}
-		delete(want, f[0])
-		if f[2] != unit {
-			t.Errorf("%q: unit %q, want %q", line, f[2], unit)
-		}
-		if v, err := strconv.ParseFloat(f[1], 64); err != nil || !(v > 0) {
-			t.Errorf("%q: value %q is not a positive number", line, f[1])
-		}
-	}
-	if len(want) > 0 {
-		t.Errorf("missing metrics %v", want)
-	}
+	checkMetricLines(t, string(r.stdout), want)
 	if !strings.Contains(string(r.stderr), "listcreate") {
 		t.Errorf("no progress on stderr:\n%s", r.stderr)
 	}

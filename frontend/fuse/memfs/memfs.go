@@ -487,18 +487,27 @@ func (f *FS) Release(_ context.Context, ino uint64) {
 	f.freeIfUnused(in)
 }
 
+// file returns the file ino of generation gen (0: any) for a read or
+// write; f.mu is held.
+func (f *FS) file(ino, gen uint64) (*inode, error) {
+	in, err := f.get(ino)
+	switch {
+	case err != nil:
+		return nil, err
+	case gen != 0 && in.attr.Gen != gen:
+		return nil, filesys.ErrStale
+	case in.isDir():
+		return nil, filesys.ErrIsDir
+	}
+	return in, nil
+}
+
 func (f *FS) Read(_ context.Context, ino, gen uint64, p []byte, off uint64) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	in, err := f.get(ino)
+	in, err := f.file(ino, gen)
 	if err != nil {
 		return 0, err
-	}
-	if gen != 0 && in.attr.Gen != gen {
-		return 0, filesys.ErrStale
-	}
-	if in.isDir() {
-		return 0, filesys.ErrIsDir
 	}
 	return in.data.read(p, off), nil
 }
@@ -506,15 +515,9 @@ func (f *FS) Read(_ context.Context, ino, gen uint64, p []byte, off uint64) (int
 func (f *FS) Write(_ context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	in, err := f.get(ino)
+	in, err := f.file(ino, gen)
 	if err != nil {
 		return 0, err
-	}
-	if gen != 0 && in.attr.Gen != gen {
-		return 0, filesys.ErrStale
-	}
-	if in.isDir() {
-		return 0, filesys.ErrIsDir
 	}
 	if appendMode {
 		off = in.data.size
