@@ -339,7 +339,12 @@ func (fs *FS) fail(err error) error {
 	invalidate := fs.mu.invalidate
 	fs.mu.Unlock()
 	if first && invalidate != nil {
-		invalidate(0, false, "")
+		// On a goroutine of its own: fail runs under the cache's mutex
+		// (commit) and in the log writer, and telling the kernel may wait
+		// for an inode being evicted, whose eviction may wait for a request
+		// that waits for that mutex. The kernel's caches expire within the
+		// lease anyway (CacheFor is 0 from now on).
+		go invalidate(0, false, "")
 	}
 	return fmt.Errorf("%w: %v", ErrIO, err)
 }
