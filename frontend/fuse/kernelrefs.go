@@ -88,9 +88,10 @@ func (r *rawFS) entry(parent uint64, out *fuse.EntryOut, serve func() fuse.Statu
 	if st != fuse.OK {
 		out = nil
 	}
-	if out != nil { // a positive or negative entry: bound both timeouts by the lease
-		out.SetEntryTimeout(r.m.bound(out.EntryTimeout()))
-		out.SetAttrTimeout(r.m.bound(out.AttrTimeout()))
+	if out != nil { // a positive or negative entry: both timeouts end with the lease
+		lease := r.m.fsys.CacheFor()
+		out.SetEntryTimeout(min(out.EntryTimeout(), lease))
+		out.SetAttrTimeout(min(out.AttrTimeout(), lease))
 	}
 	r.m.inval.entryDone(since, out, r.m.fsys)
 	return st

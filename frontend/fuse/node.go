@@ -76,7 +76,7 @@ var nameOps = map[string]bool{"lookup": true, "create": true, "mknod": true, "mk
 func (n *node) child(ctx context.Context, a filesys.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
 	out.SetEntryTimeout(n.m.ttl.entry)
-	out.SetAttrTimeout(n.m.attrTTL(a))
+	out.SetAttrTimeout(n.m.ttl.attrOf(a)) // rawFS.entry cuts both to the lease
 	id := fs.StableAttr{Ino: a.Ino, Gen: a.Gen, Mode: a.Mode & syscall.S_IFMT}
 	return n.NewInode(ctx, &node{m: n.m}, id)
 }
@@ -93,11 +93,14 @@ func isDir(a filesys.Attr) bool { return a.Mode&syscall.S_IFMT == syscall.S_IFDI
 
 // attrTTL is how long the kernel may keep a's attributes (Options, cut
 // to the file system's lease).
-func (m *Server) attrTTL(a filesys.Attr) time.Duration {
+func (m *Server) attrTTL(a filesys.Attr) time.Duration { return m.bound(m.ttl.attrOf(a)) }
+
+// attrOf is the configured attribute timeout for a, before the lease cut.
+func (t ttls) attrOf(a filesys.Attr) time.Duration {
 	if isDir(a) {
-		return m.bound(m.ttl.dirAttr)
+		return t.dirAttr
 	}
-	return m.bound(m.ttl.attr)
+	return t.attr
 }
 
 // bound cuts a timeout to what the file system's lease leaves
