@@ -52,15 +52,24 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	}
 	out := make([]byte, r.Length)
 	lo, hi := repl.BlockRange(r.Offset, uint64(r.Length), limits.BlockBytes)
-	for b := lo; b < hi; b++ {
-		data, err := s.readBlock(ctx, m, v, p, b, gen)
+	blocks, err := s.store.LatestRange(v.ID, lo, hi, gen)
+	if err != nil {
+		return nil, storeErr(err, "read")
+	}
+	for _, blk := range blocks {
+		data, err := blk.Data, blk.Err
+		if errors.Is(err, store.ErrCorrupt) {
+			s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", blk.Entry.Key.Block, "err", err)
+			data, err = s.repair(ctx, m, v, p, blk.Entry.Key)
+		}
 		if err != nil {
-			return nil, err
+			return nil, storeErr(err, "read")
 		}
 		if data == nil {
-			continue
+			continue // a tombstone
 		}
 		// Inclusive ends: the last block of the space ends at 2^64-1.
+		b := blk.Entry.Key.Block
 		bStart := b * limits.BlockBytes
 		from := max(bStart, r.Offset)
 		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(r.Length)-1)

@@ -276,6 +276,10 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 		err   error
 	}
 	results := make(chan result, len(others)+1)
+	// Once the primary starts applying, every member finishes the change
+	// even if the client gives up: a member cut off by the client's
+	// cancellation would count as one that missed it, and be resynced.
+	ctx = context.WithoutCancel(ctx)
 	go func() {
 		if err := s.applyOps(ctx, ops, reserved); err != nil {
 			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))}
@@ -322,6 +326,7 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 	}
 	out := repl.Decide(s.cfg.Name, applied, failed, fenceErr != nil, p.Syncing)
 	if len(out.Missed) > 0 {
+		s.log.WarnContext(ctx, "replicas missed a change; marking them for resync", "vol", v.Name, "pg", pg, "missed", out.Missed, "err", errMsg(first))
 		s.markFault(pgKey{v.ID, pg}, p.Since, out.Missed)
 	}
 	switch {

@@ -109,7 +109,7 @@ func TestDecodeRejectsBytes(t *testing.T) {
 		"two documents":  valid + valid,
 		"negative epoch": `{"format":1,"map":{"epoch":-1}}`,
 		"epoch overflow": `{"format":1,"map":{"epoch":18446744073709551616}}`,
-		"chunk overflow": strings.Replace(valid, `"chunk_bytes":65536`, `"chunk_bytes":4294967296`, 1),
+		"chunk overflow": strings.Replace(valid, fmt.Sprintf(`"chunk_bytes":%d`, limits.ChunkBytesDefault), `"chunk_bytes":4294967296`, 1),
 		"bad type":       strings.Replace(valid, `"replicas":3`, `"replicas":"3"`, 1),
 		"bricks object":  `{"format":1,"map":{"bricks":{}}}`,
 	}

@@ -73,17 +73,29 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) e
 	for len(p) > 0 {
 		idx, in := off/pageBytes, int(off%pageBytes)
 		n := min(len(p), pageBytes-in)
-		if !fs.pages.get(ino, idx, in, p[:n]) {
-			fs.data.settle(ino) // this node's writes still under way
-			pg := make([]byte, pageBytes)
-			addr := layout.ExtentAddr(ino) + idx*pageBytes
-			if err := fs.cfg.Dev.ReadAt(ctx, pg, addr); err != nil {
-				return fs.ioError("read file data", addr, err)
-			}
-			copy(p[:n], pg[in:])
-			fs.pages.put(ino, idx, pg)
+		if fs.pages.get(ino, idx, in, p[:n]) {
+			p, off = p[n:], off+uint64(n)
+			continue
 		}
-		p, off = p[n:], off+uint64(n)
+		// Read this page and the ones after it that p needs and the cache
+		// lacks with one volume read (its chunks are fetched in parallel).
+		pages := 1
+		for end := uint64(n); end < uint64(len(p)) && !fs.pages.has(ino, idx+uint64(pages)); end += pageBytes {
+			pages++
+		}
+		fs.data.settle(ino) // this node's writes still under way
+		buf := make([]byte, pages*pageBytes)
+		addr := layout.ExtentAddr(ino) + idx*pageBytes
+		if err := fs.cfg.Dev.ReadAt(ctx, buf, addr); err != nil {
+			return fs.ioError("read file data", addr, err)
+		}
+		for i := range pages {
+			pg := buf[i*pageBytes : (i+1)*pageBytes : (i+1)*pageBytes]
+			m := min(len(p), pageBytes-in)
+			copy(p[:m], pg[in:])
+			fs.pages.put(ino, idx+uint64(i), pg)
+			p, off, in = p[m:], off+uint64(m), 0
+		}
 	}
 	return nil
 }

@@ -35,8 +35,8 @@ type pageCache struct {
 	size         prometheus.Gauge
 }
 
-// pageBytes is the size of a cached page: one volume read fills it (the
-// volume's chunk, 64 KiB by default).
+// pageBytes is the size of a cached page. A read fills every page it
+// needs that is missing with one volume read (readPages).
 const pageBytes = 64 << 10
 
 type pageKey struct{ ino, idx uint64 }
@@ -69,6 +69,16 @@ func (c *pageCache) get(ino, idx uint64, off int, p []byte) bool {
 	c.lru.MoveToFront(e)
 	copy(p, e.Value.(*cpage).data[off:])
 	return true
+}
+
+// has reports whether page (ino, idx) is cached.
+func (c *pageCache) has(ino, idx uint64) bool {
+	if c.max == 0 {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pages[pageKey{ino, idx}] != nil
 }
 
 // put caches data (pageBytes, owned by the cache from now on) as page

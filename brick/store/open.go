@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
@@ -46,6 +47,13 @@ func Open(dir string, opts Options) (*Store, error) {
 	return s, nil
 }
 
+// Defaults of the index's memory (Options). Per store: a process with three
+// bricks keeps three of each.
+const (
+	IndexCacheBytesDefault    = 64 << 20
+	IndexMemTableBytesDefault = 4 << 20
+)
+
 func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -55,6 +63,12 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.CleanLiveFractionMax == 0 {
 		o.CleanLiveFractionMax = 0.5
+	}
+	if o.IndexCacheBytes == 0 {
+		o.IndexCacheBytes = IndexCacheBytesDefault
+	}
+	if o.IndexMemTableBytes == 0 {
+		o.IndexMemTableBytes = IndexMemTableBytesDefault
 	}
 	switch {
 	case o.SegmentBytes < SegmentBytesMin || o.SegmentBytes > limits.SegmentBytesMax:
@@ -70,7 +84,15 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 func (s *Store) open() error {
-	db, err := pebble.Open(filepath.Join(s.dir, "index"), &pebble.Options{Logger: pebbleLogger{s.log}})
+	cache := pebble.NewCache(s.opts.IndexCacheBytes)
+	defer cache.Unref() // the DB holds its own reference
+	po := &pebble.Options{Logger: pebbleLogger{s.log}, Cache: cache, MemTableSize: s.opts.IndexMemTableBytes}
+	// Every put looks its key up first (the live-bytes accounting of the
+	// version it replaces); a new block's key is in no table, and a bloom
+	// filter per table answers that without reading the table's blocks.
+	// (Tables written before without filters are read as they are.)
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	db, err := pebble.Open(filepath.Join(s.dir, "index"), po)
 	if err != nil {
 		return fmt.Errorf("open index: %w", err)
 	}

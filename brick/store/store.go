@@ -59,6 +59,17 @@ type Options struct {
 	// CleanLiveFractionMax: Clean picks sealed segments whose live bytes are
 	// below this fraction of their size. 0 means 0.5; allowed (0, 1].
 	CleanLiveFractionMax float64
+	// IndexCacheBytes bounds the memory pebble keeps of the index's blocks
+	// (about 60 bytes per stored 4 KiB block: 64 MiB covers ~4 GiB of data
+	// without a read of the index from disk). 0 means IndexCacheBytesDefault.
+	IndexCacheBytes int64
+	// IndexMemTableBytes is pebble's memtable size: index updates gathered
+	// in memory before they are written as a table. 0 means
+	// IndexMemTableBytesDefault (pebble's own default). Larger is slower
+	// for a workload that rewrites the same blocks: a range scan (a
+	// decommit, a read) steps over every version the memtable holds (16
+	// MiB made the e2e fsx test more than twice as slow).
+	IndexMemTableBytes uint64
 	// Logger receives the store's and pebble's messages. nil discards them.
 	Logger *slog.Logger
 

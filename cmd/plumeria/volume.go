@@ -25,12 +25,12 @@ func volumeCmd() *cobra.Command {
 	create := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create a sparse 2^64-byte virtual disk",
-		Example: "  plumeria volume create --coord 127.0.0.1:7001 vol1 --replicas 3 --chunk-size 64KiB",
+		Example: "  plumeria volume create --coord 127.0.0.1:7001 vol1 --replicas 3 --chunk-size 1MiB",
 		Args:    cobra.ExactArgs(1),
 	}
 	connect := coordFlag(create)
 	create.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk, on distinct hosts")
-	create.Flags().StringVar(&chunk, "chunk-size", "64KiB", "unit of placement (power of two, 4KiB to 16MiB)")
+	create.Flags().StringVar(&chunk, "chunk-size", "1MiB", "unit of placement (power of two, 4KiB to 16MiB)")
 	create.Flags().Uint32Var(&pgs, "pgs", 0, "placement groups (default 64)")
 	create.Flags().BoolVar(&allowSame, "allow-same-domain", false, "allow replicas on the same host")
 	create.RunE = func(cmd *cobra.Command, args []string) error {

@@ -54,6 +54,14 @@ type Options struct {
 	// CacheTimeout.
 	DirAttrTimeout time.Duration
 
+	// ReadAhead is how far ahead of a sequential reader the kernel reads
+	// (the mount's backing device's read_ahead_kb; 0: ReadAheadDefault,
+	// below 0: the kernel's 128 KiB). The kernel sends a read-ahead as
+	// READs of up to 1 MiB, several in flight (MaxBackground), so a
+	// streaming read keeps the volume busy instead of waiting a round trip
+	// per 128 KiB. Set as root only (sysfs).
+	ReadAhead int
+
 	// KeepCache keeps a file's cached pages across opens (FOPEN_KEEP_CACHE);
 	// then only the invalidator drops them.
 	KeepCache bool
@@ -95,6 +103,13 @@ type Server struct {
 // DirAttrTimeoutDefault is the default Options.DirAttrTimeout.
 const DirAttrTimeoutDefault = time.Second
 
+// ReadAheadDefault is the default Options.ReadAhead: 8 READs of 1 MiB.
+const ReadAheadDefault = 8 << 20
+
+// maxBackground bounds the kernel's asynchronous requests (read-ahead
+// READs among them) in flight on the mount (go-fuse's default is 12).
+const maxBackground = 32
+
 // Mount mounts fsys on mountpoint and serves it until Unmount (or an
 // outside umount). As root it mounts with mount(2) itself; otherwise it
 // needs fusermount, and allow_other needs user_allow_other in
@@ -132,8 +147,10 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			AllowOther: true,
 			// The kernel checks permissions against the attributes we
 			// return, so the file system needs no permission code.
-			Options:  []string{"default_permissions"},
-			MaxWrite: maxWriteBytes,
+			Options:       []string{"default_permissions"},
+			MaxWrite:      maxWriteBytes,
+			MaxReadAhead:  maxWriteBytes,
+			MaxBackground: maxBackground,
 			// mount(2) directly as root: the fusermount path can deadlock
 			// (go-fuse #506).
 			DirectMountStrict: os.Geteuid() == 0,
@@ -194,7 +211,31 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 		return nil, fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	fsys.SetInvalidator(m.inval.add)
+	if err := setReadAhead(mountpoint, opts.ReadAhead); err != nil {
+		m.log.Info("fuse: kernel read-ahead left at its default", "err", err)
+	}
 	return m, nil
+}
+
+// setReadAhead sets the read-ahead of the mount's backing device (the
+// kernel gives every FUSE mount one, named after its device number) to
+// bytes (0: ReadAheadDefault; below 0: leave it).
+func setReadAhead(mountpoint string, bytes int) error {
+	if bytes < 0 {
+		return nil
+	}
+	if bytes == 0 {
+		bytes = ReadAheadDefault
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(mountpoint, &st); err != nil {
+		return fmt.Errorf("stat %s: %w", mountpoint, err)
+	}
+	path := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n", bytes>>10)), 0); err != nil {
+		return fmt.Errorf("set read-ahead: %w", err)
+	}
+	return nil
 }
 
 // Unmount unmounts. If files are still open (EBUSY) it detaches the mount

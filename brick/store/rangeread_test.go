@@ -1,0 +1,82 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestLatestRange: for every range, LatestRange gives what Latest gives for
+// each block (entry, data, ErrNotFound as a missing block, ErrCorrupt with
+// the entry), over batches that lie next to each other in a segment, single
+// writes, several generations and tombstones.
+func TestLatestRange(t *testing.T) {
+	dir := t.TempDir()
+	s := openT(t, dir, Options{})
+	rng := rand.New(rand.NewPCG(1, 2))
+	seq := uint64(0)
+	for range 40 {
+		var ops []Op
+		start, gen := rng.Uint64N(60), rng.Uint64N(4)
+		for b := start; b < start+1+rng.Uint64N(12); b++ {
+			seq++
+			if rng.IntN(8) == 0 {
+				ops = append(ops, Op{Kind: OpTombstone, Key: k7(b, gen), Seq: seq})
+			} else {
+				ops = append(ops, putOp(k7(b, gen), seq))
+			}
+		}
+		mustApply(t, s, ops...)
+	}
+	// Corrupt one put record in the middle of a run.
+	var bad Key
+	s.Scan(7, 20, 80, func(e Entry) bool {
+		if !e.Tombstone {
+			bad = e.Key
+			return false
+		}
+		return true
+	})
+	loc := location(t, s, bad)
+	s.Close()
+	flipByte(t, dir, loc.seg, int64(loc.off)+headerBytes+7)
+	s = openT(t, dir, Options{})
+
+	for _, maxGen := range []uint64{0, 1, 2, 3, ^uint64(0)} {
+		for lo := uint64(0); lo < 80; lo += 7 {
+			hi := lo + 1 + rng.Uint64N(30)
+			got, err := s.LatestRange(7, lo, hi, maxGen)
+			if err != nil {
+				t.Fatalf("LatestRange(%d, %d, %d): %v", lo, hi, maxGen, err)
+			}
+			i := 0
+			for b := lo; b < hi; b++ {
+				data, e, err := s.Latest(7, b, maxGen)
+				if errors.Is(err, ErrNotFound) {
+					if i < len(got) && got[i].Entry.Key.Block == b {
+						t.Fatalf("block %d max gen %d: LatestRange has %+v, Latest none", b, maxGen, got[i].Entry)
+					}
+					continue
+				}
+				if i >= len(got) || got[i].Entry != e {
+					t.Fatalf("block %d max gen %d: Latest %+v, LatestRange lacks it or differs: %+v", b, maxGen, e, got[i:])
+				}
+				g := got[i]
+				i++
+				if errors.Is(err, ErrCorrupt) != errors.Is(g.Err, ErrCorrupt) || (err == nil) != (g.Err == nil) {
+					t.Fatalf("block %d: Latest err %v, LatestRange err %v", b, err, g.Err)
+				}
+				if !bytes.Equal(data, g.Data) || (data == nil) != (g.Data == nil) {
+					t.Fatalf("block %d: data differs", b)
+				}
+			}
+			if i != len(got) {
+				t.Fatalf("LatestRange(%d, %d) returned %d blocks, Latest found %d", lo, hi, len(got), i)
+			}
+		}
+	}
+	if _, err := s.LatestRange(7, 0, RangeBlocksMax+1, 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("oversized range: %v, want ErrInvalid", err)
+	}
+}
