@@ -14,7 +14,16 @@
 //     (seq_write_fsync MiB/s), then read back and compared (seq_read MiB/s);
 //   - random: RandOps 4 KiB preads at distinct random offsets of a RandSize
 //     file (rand_read_4k IOPS), then RandOps 4 KiB pwrites and one final
-//     fsync, timed together (rand_write_4k IOPS); each bounded by RandTime;
+//     fsync, timed together (rand_write_4k IOPS), then on the same file
+//     RandOps 4 KiB preads and pwrites at random pages, 70% reads, with
+//     RandQD of them in flight from as many goroutines, and one final fsync,
+//     timed together (rand_mixed_qdN IOPS, N = RandQD); each bounded by
+//     RandTime. Every read of the mixed phase is checked against the version
+//     of its page last written (each goroutine owns a disjoint set of pages);
+//   - fsync latency: FsyncOps times, a 4 KiB pwrite at a random page of a
+//     fresh 4 MiB file then fsync, each pair timed alone; the median
+//     (write_fsync_4k_latency us, lower is better) and the 99th percentile
+//     (write_fsync_4k_latency_p99 us) by nearest rank;
 //   - source tree: extract an in-memory tarball of TreeFiles regular files
 //     in nested directories, with symlinks and executable modes, using
 //     archive/tar the way tar(1) would (tree_extract s, lower is better);
@@ -25,7 +34,8 @@
 // posix_fadvise(POSIX_FADV_DONTNEED)), so reads measure the file system
 // rather than memory. Every byte read is checked against what was written.
 //
-// A zero count or size skips its workload.
+// A zero count or size skips its workload (RandOps 0 all three random
+// phases, RandQD 0 only the mixed one).
 package fsbench
 
 import (
@@ -57,8 +67,8 @@ func FormatValue(v float64) string {
 }
 
 // LowerIsBetter reports whether a smaller value of a metric with this unit
-// is better (durations) rather than larger (rates).
-func LowerIsBetter(unit string) bool { return unit == "s" || unit == "ms" }
+// is better (durations: s, ms, us) rather than larger (rates).
+func LowerIsBetter(unit string) bool { return unit == "s" || unit == "ms" || unit == "us" }
 
 // Config sizes the workloads. DefaultConfig gives the standard sizes.
 type Config struct {
@@ -72,8 +82,11 @@ type Config struct {
 	SeqIO   int   // bytes per sequential write and read
 
 	RandSize int64         // bytes of the random I/O file (rounded down to 4 KiB)
-	RandOps  int           // 4 KiB reads, then 4 KiB writes
-	RandTime time.Duration // bound on each of the random read and write phases
+	RandOps  int           // 4 KiB reads, then 4 KiB writes, then mixed reads and writes
+	RandTime time.Duration // bound on each of the random read, write and mixed phases
+	RandQD   int           // operations in flight in the mixed phase (0: none), at most RandQDMax
+
+	FsyncOps int // 4 KiB writes, each followed by an fsync and timed with it
 
 	TreeFiles int // regular files in the extracted source tree
 
@@ -89,7 +102,8 @@ func DefaultConfig() Config {
 		Files: 10000, Dirs: 10, FileSize: 1 << 10,
 		Mkdirs:  2000,
 		SeqSize: 2 << 30, SeqIO: 1 << 20,
-		RandSize: 256 << 20, RandOps: 20000, RandTime: 30 * time.Second,
+		RandSize: 256 << 20, RandOps: 20000, RandTime: 30 * time.Second, RandQD: 16,
+		FsyncOps:  200,
 		TreeFiles: 3000,
 		Seed:      1,
 	}
@@ -102,7 +116,7 @@ const PageSize = 4096
 func (c Config) validate() error {
 	switch {
 	case c.Files < 0 || c.Dirs < 0 || c.FileSize < 0 || c.Mkdirs < 0 || c.SeqSize < 0 || c.SeqIO < 0 ||
-		c.RandSize < 0 || c.RandOps < 0 || c.RandTime < 0 || c.TreeFiles < 0:
+		c.RandSize < 0 || c.RandOps < 0 || c.RandTime < 0 || c.RandQD < 0 || c.FsyncOps < 0 || c.TreeFiles < 0:
 		return fmt.Errorf("fsbench: negative size in config")
 	case c.Files > 0 && c.Dirs == 0:
 		return fmt.Errorf("fsbench: %d files need at least one directory", c.Files)
@@ -112,6 +126,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("fsbench: sequential I/O size %d is over 64 MiB", c.SeqIO)
 	case c.RandOps > 0 && c.RandSize < PageSize:
 		return fmt.Errorf("fsbench: random I/O file of %d bytes is smaller than one %d-byte page", c.RandSize, PageSize)
+	case c.RandQD > RandQDMax:
+		return fmt.Errorf("fsbench: queue depth %d is over %d", c.RandQD, RandQDMax)
+	case c.RandOps > 0 && c.RandSize/PageSize < int64(c.RandQD):
+		return fmt.Errorf("fsbench: random I/O file of %d pages is too small for a queue depth of %d (a page or more each)",
+			c.RandSize/PageSize, c.RandQD)
 	}
 	return nil
 }
@@ -141,6 +160,7 @@ func Run(ctx context.Context, dir string, cfg Config) ([]Result, error) {
 		{cfg.Mkdirs == 0, r.mkdirs, "mkdir"},
 		{cfg.SeqSize == 0, r.sequential, "seq"},
 		{cfg.RandOps == 0, r.random, "rand"},
+		{cfg.FsyncOps == 0, r.fsyncLatency, "fsync"},
 		{cfg.TreeFiles == 0, r.tree, "tree"},
 	}
 	for _, s := range steps {

@@ -19,7 +19,8 @@ func tiny(t *testing.T) Config {
 		Files: 50, Dirs: 3, FileSize: 1000,
 		Mkdirs:  20,
 		SeqSize: 3<<20 + 5000, SeqIO: 1 << 20,
-		RandSize: 1 << 20, RandOps: 300, RandTime: 10 * time.Second,
+		RandSize: 1 << 20, RandOps: 300, RandTime: 10 * time.Second, RandQD: 16,
+		FsyncOps:  20,
 		TreeFiles: 120,
 		Seed:      42,
 		Log:       testLog{t},
@@ -37,7 +38,8 @@ var wantMetrics = []struct{ name, unit string }{
 	{"files_create", "files/s"}, {"files_stat", "files/s"}, {"files_readdir", "entries/s"},
 	{"files_read", "files/s"}, {"files_delete", "files/s"}, {"mkdir_rmdir", "dirs/s"},
 	{"seq_write_fsync", "MiB/s"}, {"seq_read", "MiB/s"},
-	{"rand_read_4k", "IOPS"}, {"rand_write_4k", "IOPS"}, {"tree_extract", "s"},
+	{"rand_read_4k", "IOPS"}, {"rand_write_4k", "IOPS"}, {"rand_mixed_qd16", "IOPS"},
+	{"write_fsync_4k_latency", "us"}, {"write_fsync_4k_latency_p99", "us"}, {"tree_extract", "s"},
 }
 
 func TestRunEveryMetric(t *testing.T) {
@@ -64,19 +66,113 @@ func TestRunEveryMetric(t *testing.T) {
 	}
 }
 
+// TestZeroSkips: a zero count skips its workload, and only it; the queue
+// depth names the mixed workload.
 func TestZeroSkips(t *testing.T) {
-	cfg := tiny(t)
-	cfg.Files, cfg.SeqSize, cfg.TreeFiles = 0, 0, 0
-	res, err := Run(context.Background(), t.TempDir(), cfg)
+	for _, c := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.RandQD, c.FsyncOps = 0, 0 }, "mkdir_rmdir rand_read_4k rand_write_4k"},
+		{func(c *Config) { c.RandQD = 3 }, "mkdir_rmdir rand_read_4k rand_write_4k rand_mixed_qd3 write_fsync_4k_latency write_fsync_4k_latency_p99"},
+		{func(c *Config) { c.RandOps, c.Mkdirs = 0, 0 }, "write_fsync_4k_latency write_fsync_4k_latency_p99"},
+		{func(c *Config) { c.FsyncOps, c.Mkdirs, c.RandQD = 0, 0, 1 }, "rand_read_4k rand_write_4k rand_mixed_qd1"},
+	} {
+		cfg := tiny(t)
+		cfg.Files, cfg.SeqSize, cfg.TreeFiles = 0, 0, 0
+		c.set(&cfg)
+		res, err := Run(context.Background(), t.TempDir(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, r := range res {
+			names = append(names, r.Name)
+			if !(r.Value > 0) {
+				t.Errorf("%q is not positive", r)
+			}
+		}
+		if got := strings.Join(names, " "); got != c.want {
+			t.Errorf("results %s, want %s", got, c.want)
+		}
+	}
+}
+
+// TestMixedLane: a lane of rand_mixed reads and writes only its own pages,
+// keeps their versions, and finds a page that is not the version it last
+// wrote.
+func TestMixedLane(t *testing.T) {
+	const pages, lanes = 10, 3
+	rng := rand.New(rand.NewPCG(1, 2))
+	p := newPattern(rng, 1<<16)
+	f, err := os.Create(filepath.Join(t.TempDir(), "rand.dat"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, r := range res {
-		names = append(names, r.Name)
+	defer f.Close()
+	whole := make([]byte, pages*PageSize)
+	p.fill(whole, 0)
+	f.Write(whole)
+	never := func(int) bool { return false }
+	budget := func(n int) func() bool { return func() bool { n--; return n >= 0 } }
+
+	l := newMixedLane(1, lanes, pages, rng) // pages 1, 4, 7
+	if err := l.run(context.Background(), f, p, budget(300), never); err != nil {
+		t.Fatal(err)
 	}
-	if got := strings.Join(names, " "); got != "mkdir_rmdir rand_read_4k rand_write_4k" {
-		t.Fatalf("results %s", got)
+	if l.reads+l.writes != 300 || l.reads < 150 || l.writes < 50 {
+		t.Fatalf("%d reads and %d writes, want 300, about 70%% reads", l.reads, l.writes)
+	}
+	for pg := range int64(pages) {
+		v := l.versions[pg]
+		if (pg%lanes == 1) != (v > 0) {
+			t.Errorf("page %d at version %d after lane 1 of %d wrote", pg, v, lanes)
+		}
+	}
+	all := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	version := func(pg int64) uint64 { return uint64(l.versions[pg]) }
+	if err := checkPages(f, p, all, version, "check"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A page one version behind (a write lost), then a page with a byte
+	// changed: each lane read of it fails, and so does checkPages.
+	l.versions[4]++
+	for _, damage := range []func(){func() {}, func() { l.versions[4]--; f.WriteAt([]byte{0x5a}, 4*PageSize+100) }} {
+		damage()
+		if err := checkPages(f, p, all, version, "check"); err == nil || !strings.Contains(err.Error(), "offset 16384") {
+			t.Errorf("checkPages of a damaged page: %v", err)
+		}
+		l.readPercent = 100
+		err := l.run(context.Background(), f, p, budget(100), never)
+		if err == nil || !strings.Contains(err.Error(), "offset 16384 is not version") {
+			t.Errorf("lane reads of a damaged page: %v", err)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.run(ctx, f, p, budget(100), never); !errors.Is(err, context.Canceled) {
+		t.Errorf("canceled lane: %v", err)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 200; i++ {
+		d = append(d, time.Duration(i))
+	}
+	if q := quantile(d, 0.5); q != 100 {
+		t.Errorf("median of 1..200: %d", q)
+	}
+	if q := quantile(d, 0.99); q != 198 {
+		t.Errorf("p99 of 1..200: %d", q)
+	}
+	if q := quantile(d[:1], 0.99); q != 1 {
+		t.Errorf("p99 of one: %d", q)
+	}
+	if !LowerIsBetter("us") || !LowerIsBetter("s") || LowerIsBetter("IOPS") {
+		t.Error("LowerIsBetter: us and s lower, IOPS higher")
 	}
 }
 
@@ -91,10 +187,18 @@ func TestRunErrors(t *testing.T) {
 	if _, err := Run(context.Background(), file, tiny(t)); err == nil || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("file: %v", err)
 	}
-	cfg := tiny(t)
-	cfg.Dirs = 0
-	if _, err := Run(context.Background(), dir, cfg); err == nil {
-		t.Errorf("no directories for the files: no error")
+	for what, set := range map[string]func(*Config){
+		"no directories for the files": func(c *Config) { c.Dirs = 0 },
+		"negative queue depth":         func(c *Config) { c.RandQD = -1 },
+		"negative fsync count":         func(c *Config) { c.FsyncOps = -1 },
+		"queue depth over the max":     func(c *Config) { c.RandQD, c.RandSize = RandQDMax+1, 1<<30 },
+		"fewer pages than the depth":   func(c *Config) { c.RandQD, c.RandSize = 16, 15*PageSize },
+	} {
+		cfg := tiny(t)
+		set(&cfg)
+		if _, err := Run(context.Background(), dir, cfg); err == nil {
+			t.Errorf("%s: no error", what)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -244,6 +348,35 @@ func TestPatternChunking(t *testing.T) {
 		q.fill(b, 0)
 		if bytes.Equal(a, b) {
 			t.Fatal("two salts, same page")
+		}
+
+		// Versions: 0 is p; the next differs in its stamp and in most
+		// other bytes; chunking does not change a version's content.
+		if p.version(0).fill(b, 0); !bytes.Equal(a, b) {
+			t.Fatal("version 0 is not the pattern itself")
+		}
+		for v := uint64(1); v < 4; v++ {
+			p.version(v-1).fill(a, PageSize)
+			p.version(v).fill(b, PageSize)
+			same := 0
+			for i := range a {
+				if a[i] == b[i] {
+					same++
+				}
+			}
+			if bytes.Equal(a[:8], b[:8]) || same > PageSize/16 {
+				t.Fatalf("base %d, versions %d and %d: same stamp or %d equal bytes", base, v-1, v, same)
+			}
+		}
+		pv := p.version(5)
+		pv.fill(whole, 0)
+		buf := make([]byte, base)
+		for off := int64(0); off < size; off += int64(base) {
+			b := buf[:min(int64(base), size-off)]
+			pv.next(b, off)
+			if !bytes.Equal(b, whole[off:off+int64(len(b))]) {
+				t.Fatalf("base %d, version 5: content at %d differs chunk by chunk", base, off)
+			}
 		}
 	}
 }

@@ -12,22 +12,34 @@ import (
 )
 
 // pattern is the content of the sequential and random I/O files: base
-// repeated, with the first 8 bytes of every PageSize page replaced by the
-// page's index xor salt, so that a page read from the wrong place, or an
-// old version of a page, does not compare equal.
+// repeated (from byte rot of base at offset 0), with the first 8 bytes of
+// every PageSize page replaced by the page's index xor salt, so that a
+// page read from the wrong place, or an old version of a page, does not
+// compare equal.
 type pattern struct {
 	base []byte
 	salt uint64
+	rot  int64 // in [0, len(base))
 }
 
 func newPattern(rng *rand.Rand, n int) pattern {
 	return pattern{base: randomBytes(rng, n), salt: rng.Uint64()}
 }
 
+// version returns the pattern of the pages rewritten v times: version 0
+// is p itself. Each version changes every stamp (the multiplier is odd, so
+// two versions of one page never share a stamp) and rotates the base by
+// one more byte, so that most bytes of a page also differ from one version
+// to the next and a half-written page does not compare equal either.
+func (p pattern) version(v uint64) pattern {
+	n := uint64(len(p.base))
+	return pattern{base: p.base, salt: p.salt ^ v*0x9e37_79b9_7f4a_7c15, rot: int64((uint64(p.rot) + v%n) % n)}
+}
+
 // fill sets b to the content of the file at offset off.
 func (p pattern) fill(b []byte, off int64) {
 	for i := 0; i < len(b); {
-		i += copy(b[i:], p.base[(off+int64(i))%int64(len(p.base)):])
+		i += copy(b[i:], p.base[(off+int64(i)+p.rot)%int64(len(p.base)):])
 	}
 	p.stamp(b, off)
 }
@@ -127,7 +139,8 @@ func (r *runner) sequential(work string) error {
 }
 
 // random: RandOps 4 KiB reads at distinct random pages of a RandSize file,
-// then RandOps 4 KiB writes and an fsync.
+// then RandOps 4 KiB writes and an fsync, then (RandQD > 0) the mixed
+// reads and writes of randMixed on the same file.
 func (r *runner) random(work string) error {
 	cfg := r.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 3))
@@ -179,7 +192,7 @@ func (r *runner) random(work string) error {
 	}
 	r.add("rand_read_4k", rate(float64(ops), time.Since(start)), "IOPS")
 
-	p2 := pattern{base: p.base, salt: p.salt ^ 0x5555_5555_5555_5555}
+	p2 := p.version(1)
 	written := pickPages(rng, pages, cfg.RandOps)
 	ops = 0
 	start = time.Now()
@@ -213,7 +226,10 @@ func (r *runner) random(work string) error {
 			return fmt.Errorf("rand_write_4k: check: %s: the page at offset %d is not what was written", path, off)
 		}
 	}
-	return nil
+	if cfg.RandQD == 0 {
+		return nil
+	}
+	return r.randMixed(f, p, written[:ops])
 }
 
 // pickPages returns n page indexes below pages: distinct while n <= pages

@@ -27,12 +27,15 @@ func benchDir(c *cobra.Command) {
 		"line per metric, progress to stderr:\n" +
 		"  files_create, files_stat, files_read, files_delete files/s; files_readdir entries/s;\n" +
 		"  mkdir_rmdir dirs/s; seq_write_fsync, seq_read MiB/s; rand_read_4k, rand_write_4k IOPS;\n" +
+		"  rand_mixed_qd16 IOPS (4 KiB random reads and writes, 70/30, 16 in flight: --rand-qd);\n" +
+		"  write_fsync_4k_latency, write_fsync_4k_latency_p99 us (a 4 KiB write then fsync, median\n" +
+		"  and 99th percentile; lower is better);\n" +
 		"  tree_extract s (extracting a generated source tarball; lower is better).\n" +
 		"Every byte read back is checked. A size or count of 0 skips its workload.\n" +
 		"With --vs DIR2 the same workloads also run on DIR2 and each metric prints three lines:\n" +
 		"  NAME value unit        on DIR\n" +
 		"  NAME_vs value unit     on DIR2\n" +
-		"  NAME_ratio DIR/DIR2 ratio(higher=better)   or ratio(lower=better) for seconds\n" +
+		"  NAME_ratio DIR/DIR2 ratio(higher=better)   or ratio(lower=better) for times (s, us)\n" +
 		"With --floor (root, /dev/fuse) they also run on the FUSE floor: an in-memory file system\n" +
 		"served through the same FUSE adapter and options as a Plumeria mount, on a temporary\n" +
 		"directory; each metric then adds NAME_floor (its value there) and NAME_floor_ratio (DIR/floor),\n" +
@@ -50,8 +53,10 @@ func benchDir(c *cobra.Command) {
 	f.StringVar(&seqSize, "seq-size", "2GiB", "bytes written (then fsync) and read back sequentially")
 	f.StringVar(&seqIO, "seq-io", "1MiB", "bytes per sequential write and read")
 	f.StringVar(&randSize, "rand-size", "256MiB", "size of the file of the random 4 KiB reads and writes")
-	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes")
-	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read and write phases (0: none)")
+	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes, then as many mixed reads and writes (0: none of them)")
+	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read, write and mixed phases (0: none)")
+	f.IntVar(&cfg.RandQD, "rand-qd", def.RandQD, fmt.Sprintf("random 4 KiB reads and writes (70/30) in flight at once in rand_mixed_qdN, at most %d (0: skip)", fsbench.RandQDMax))
+	f.IntVar(&cfg.FsyncOps, "fsync-ops", def.FsyncOps, "4 KiB writes each followed by fsync and timed with it, in write_fsync_4k_latency (0: skip)")
 	f.IntVar(&cfg.TreeFiles, "tree-files", def.TreeFiles, "regular files in the extracted source tree")
 	f.Uint64Var(&cfg.Seed, "seed", def.Seed, "seed of the tree shape, offsets and data")
 	c.Args = cobra.ArbitraryArgs

@@ -15,13 +15,14 @@ import (
 
 // tinyBench are workload sizes that take a second or so.
 var tinyBench = []string{"--files", "200", "--dirs", "4", "--mkdirs", "50",
-	"--seq-size", "4MiB", "--rand-size", "1MiB", "--rand-ops", "200", "--tree-files", "60"}
+	"--seq-size", "4MiB", "--rand-size", "1MiB", "--rand-ops", "200", "--fsync-ops", "50", "--tree-files", "60"}
 
 // benchMetrics are the metrics of `plumeria bench DIR` and their units.
 var benchMetrics = map[string]string{
 	"files_create": "files/s", "files_stat": "files/s", "files_readdir": "entries/s", "files_read": "files/s",
 	"files_delete": "files/s", "mkdir_rmdir": "dirs/s", "seq_write_fsync": "MiB/s", "seq_read": "MiB/s",
-	"rand_read_4k": "IOPS", "rand_write_4k": "IOPS", "tree_extract": "s",
+	"rand_read_4k": "IOPS", "rand_write_4k": "IOPS", "rand_mixed_qd16": "IOPS",
+	"write_fsync_4k_latency": "us", "write_fsync_4k_latency_p99": "us", "tree_extract": "s",
 }
 
 // checkBenchLines checks that out holds exactly, once each, the
@@ -36,7 +37,7 @@ func checkBenchLines(t *testing.T, out string, suffixes ...string) {
 		for i := 0; i+1 < len(suffixes); i += 2 {
 			want[name+suffixes[i]] = unit
 			want[name+suffixes[i+1]] = "ratio(higher=better)"
-			if unit == "s" {
+			if unit == "s" || unit == "us" {
 				want[name+suffixes[i+1]] = "ratio(lower=better)"
 			}
 		}
