@@ -135,6 +135,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, err
 	}
 	pb.RegisterBrickServer(gs, s)
+	memory.add(s)
 	return s, nil
 }
 
@@ -167,6 +168,7 @@ func (s *Server) ctx() context.Context { return s.runCtx }
 // Stop stops background work and closes the store.
 func (s *Server) Stop() {
 	close(s.stop)
+	memory.remove(s)
 	s.cancelRun()
 	s.wg.Wait()
 	s.peers.close()

@@ -207,6 +207,7 @@ func testScrape(t *testing.T, tc *testCluster, coordHTTP string) {
 		"plumeria_coord_raft_last_index":           dto.MetricType_GAUGE,
 		"plumeria_cluster_brick_capacity_bytes":    dto.MetricType_GAUGE,
 		"plumeria_cluster_chunks":                  dto.MetricType_GAUGE,
+		"plumeria_brick_index_memory_bytes":        dto.MetricType_GAUGE,
 	}
 	for _, url := range []string{"http://" + coordHTTP + "/metrics", "http://" + ms.Addr() + "/metrics"} {
 		fams := scrape(t, url)

@@ -154,6 +154,19 @@ type Stats struct {
 	CleanedBytes                        int64
 }
 
+// IndexMemory reports the index's memory: blocks in pebble's cache (at
+// most Options.IndexCacheBytes) and its memtables (a few of
+// Options.IndexMemTableBytes). 0 after Close.
+func (s *Store) IndexMemory() (cache, memtables int64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return 0, 0
+	}
+	m := s.db.Metrics()
+	return m.BlockCache.Size, int64(m.MemTable.Size)
+}
+
 // Stats returns the store's counters. It works after Close too.
 func (s *Store) Stats() Stats {
 	st := Stats{
