@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
-const chunkBytes = 64 << 10 // the default --chunk-size
+const chunkBytes = limits.ChunkBytesDefault // the default --chunk-size
 
 // writeKillingHalfway writes exts through w and SIGKILLs victim once half
 // of total bytes are acknowledged. It returns the time of the kill.
