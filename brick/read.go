@@ -57,13 +57,9 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		return nil, storeErr(err, "read")
 	}
 	for _, blk := range blocks {
-		data, err := blk.Data, blk.Err
-		if errors.Is(err, store.ErrCorrupt) {
-			s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", blk.Entry.Key.Block, "err", err)
-			data, err = s.repair(ctx, m, v, p, blk.Entry.Key)
-		}
+		data, err := s.checked(ctx, m, v, p, blk.Data, blk.Entry, blk.Err)
 		if err != nil {
-			return nil, storeErr(err, "read")
+			return nil, err
 		}
 		if data == nil {
 			continue // a tombstone

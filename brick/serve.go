@@ -362,11 +362,18 @@ func errMsg(err error) string {
 // repairing a corrupt local copy from another in-sync member.
 func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, block, gen uint64) ([]byte, error) {
 	data, e, err := s.store.Latest(v.ID, block, gen)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
+	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
+	}
+	return s.checked(ctx, m, v, p, data, e, err)
+}
+
+// checked returns a block the store read (nil: zeros, for a tombstone),
+// repairing a corrupt local copy from another in-sync member.
+func (s *Server) checked(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, data []byte, e store.Entry, err error) ([]byte, error) {
+	switch {
 	case errors.Is(err, store.ErrCorrupt):
-		s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", block, "err", err)
+		s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", e.Key.Block, "err", err)
 		return s.repair(ctx, m, v, p, e.Key)
 	case err != nil:
 		return nil, storeErr(err, "read")

@@ -161,8 +161,8 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64) ([]Block, erro
 	out := make([]Block, len(ents))
 	for i := 0; i < len(ents); {
 		f := ents[i]
-		out[i].Entry = Entry{Key: f.k, Seq: f.e.seq, Tombstone: f.e.tomb}
 		if f.e.tomb {
+			out[i].Entry = Entry{Key: f.k, Seq: f.e.seq, Tombstone: true}
 			i++
 			continue
 		}
