@@ -17,39 +17,29 @@ const (
 	backfillRetryDelay = time.Second
 )
 
-// startBackfills starts a backfill for every syncing member of every PG
-// this brick leads, unless one is already running.
-func (s *Server) startBackfills(m *clustermap.Map) {
-	for _, v := range m.Volumes {
-		for i, p := range v.PGs {
-			if p.Primary() != s.cfg.Name {
-				continue
-			}
-			for _, t := range p.Syncing {
-				k := bfKey{pgKey{v.ID, uint32(i)}, t}
-				s.bf.Lock()
-				if s.bf.running[k] {
-					s.bf.Unlock()
-					continue
-				}
-				s.bf.running[k] = true
-				s.bf.Unlock()
-				s.wg.Add(1)
-				go s.backfillLoop(k)
-			}
-		}
+// startBackfill starts a backfill of k's target (the core asks for one for
+// every syncing member of a PG this brick leads), unless one runs already.
+func (s *Server) startBackfill(k bfKey) {
+	s.bf.Lock()
+	if s.bf.running[k] {
+		s.bf.Unlock()
+		return
 	}
+	s.bf.running[k] = true
+	s.bf.Unlock()
+	s.wg.Add(1)
+	go s.backfillLoop(k)
 }
 
 // stillNeeded reports whether this brick still leads k's PG and k's target
 // is still syncing.
 func (s *Server) stillNeeded(k bfKey) (*clustermap.Map, bool) {
 	m := s.latest.Load()
-	v := m.VolumeByID(k.vol)
-	if v == nil || int(k.pg) >= len(v.PGs) {
+	v := m.VolumeByID(k.Vol)
+	if v == nil || int(k.PG) >= len(v.PGs) {
 		return m, false
 	}
-	p := v.PGs[k.pg]
+	p := v.PGs[k.PG]
 	return m, p.Primary() == s.cfg.Name && slices.Contains(p.Syncing, k.target)
 }
 
@@ -67,9 +57,9 @@ func (s *Server) backfillLoop(k bfKey) {
 		}
 		n, since, err := s.backfill(ctx, k)
 		if err == nil {
-			s.log.Info("backfill done", "vol", k.vol, "pg", k.pg, "target", k.target, "blocks", n)
+			s.log.Info("backfill done", "vol", k.Vol, "pg", k.PG, "target", k.target, "blocks", n)
 			err = s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-				_, err := cl.PGSynced(ctx, &pb.PGSyncedRequest{Vol: k.vol, Pg: k.pg, Brick: k.target, Since: since, Primary: s.cfg.Name})
+				_, err := cl.PGSynced(ctx, &pb.PGSyncedRequest{Vol: k.Vol, Pg: k.PG, Brick: k.target, Since: since, Primary: s.cfg.Name})
 				return err
 			})
 			if err == nil {
@@ -77,7 +67,7 @@ func (s *Server) backfillLoop(k bfKey) {
 			}
 		}
 		if !errors.Is(err, errStopped) {
-			s.log.Warn("backfill failed; retrying", "vol", k.vol, "pg", k.pg, "target", k.target, "err", err)
+			s.log.Warn("backfill failed; retrying", "vol", k.Vol, "pg", k.PG, "target", k.target, "err", err)
 		}
 		select {
 		case <-s.stop:
@@ -97,8 +87,8 @@ func (s *Server) backfill(ctx context.Context, k bfKey) (sent int64, since uint6
 	if !ok {
 		return 0, 0, errors.New("backfill no longer needed")
 	}
-	v := m.VolumeByID(k.vol)
-	since = v.PGs[k.pg].Since
+	v := m.VolumeByID(k.Vol)
+	since = v.PGs[k.PG].Since
 	sent, err = s.sendBackfill(ctx, k, m, v)
 	return sent, since, err
 }
@@ -106,7 +96,7 @@ func (s *Server) backfill(ctx context.Context, k bfKey) (sent int64, since uint6
 func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v *clustermap.Volume) (int64, error) {
 	unlock := s.lockPG(k.pgKey)
 	horizon := s.horizon(k.pgKey)
-	mine, err := s.pgEntries(v, k.pg)
+	mine, err := s.pgEntries(v, k.PG)
 	unlock()
 	if err != nil {
 		return 0, fmt.Errorf("own inventory: %w", err)
@@ -115,7 +105,7 @@ func (s *Server) sendBackfill(ctx context.Context, k bfKey, m *clustermap.Map, v
 	if err != nil {
 		return 0, err
 	}
-	theirs, err := inventory(ctx, cl, &pb.InventoryRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg})
+	theirs, err := inventory(ctx, cl, &pb.InventoryRequest{MapEpoch: m.Epoch, Vol: k.Vol, Pg: k.PG})
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", k.target, err)
 	}
@@ -141,7 +131,7 @@ func (s *Server) backfillBatch(ctx context.Context, k bfKey, v *clustermap.Volum
 	defer unlock()
 	m, ok := s.stillNeeded(k)
 	if !ok {
-		return 0, fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.pg, k.target)
+		return 0, fmt.Errorf("no longer primary of pg %d or %s no longer syncing", k.PG, k.target)
 	}
 	return s.pushKeys(ctx, m, v, k.pgKey, k.target, keys, theirs, horizon)
 }
@@ -160,7 +150,7 @@ func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.
 			}
 			continue
 		case errors.Is(err, store.ErrCorrupt):
-			if data, err = s.repair(ctx, m, v, &v.PGs[k.pg], key); err != nil {
+			if data, err = s.repair(ctx, m, v, &v.PGs[k.PG], key); err != nil {
 				return 0, err
 			}
 			_, cur, err = s.store.Get(key)
@@ -183,7 +173,7 @@ func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.
 	}
 	bctx, cancel := context.WithTimeout(ctx, replicateTimeout)
 	defer cancel()
-	_, err = cl.Backfill(bctx, &pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg, Primary: s.cfg.Name, Ops: toPB(ops), Horizon: horizon})
+	_, err = cl.Backfill(bctx, &pb.BackfillRequest{MapEpoch: m.Epoch, Vol: k.Vol, Pg: k.PG, Primary: s.cfg.Name, Ops: toPB(ops), Horizon: horizon})
 	if err != nil {
 		return 0, fmt.Errorf("backfill to %s: %s", target, errMsg(err))
 	}

@@ -23,15 +23,14 @@ import (
 //     every brick at epoch E (fence, snapshot, primary hand-off), no primary
 //     still serves an older map.
 
-// setLatest records m if it is newer and wakes the installer.
+// setLatest records m if it is newer (the core notes the PGs whose primary
+// changed: repl.Core.Learn) and wakes the installer.
 func (s *Server) setLatest(m *clustermap.Map) {
 	s.pgMu.Lock()
-	old := s.latest.Load()
-	if m.Epoch <= old.Epoch {
+	if !s.core.Learn(m) {
 		s.pgMu.Unlock()
 		return
 	}
-	s.notePGChangesLocked(old, m)
 	s.latest.Store(m)
 	s.pgMu.Unlock()
 	select {
@@ -57,29 +56,11 @@ func (s *Server) installer() {
 		s.serving.Store(m)
 		s.mapMu.Unlock()
 		s.pgMu.Lock()
+		s.core.Install(m)
 		close(s.served)
 		s.served = make(chan struct{})
 		s.pgMu.Unlock()
-		s.startBackfills(m)
-		s.startReconciles()
-	}
-}
-
-// notePGChangesLocked records the epoch at which each PG's primary last
-// changed: a new primary serves only once every brick serves the map that
-// made it primary. On the first map every PG counts as changed. (When the
-// configuration as a whole changed is in the map itself: PG.Since.) Caller
-// holds pgMu.
-func (s *Server) notePGChangesLocked(old, m *clustermap.Map) {
-	for _, v := range m.Volumes {
-		ov := old.VolumeByID(v.ID)
-		for i, p := range v.PGs {
-			k := pgKey{v.ID, uint32(i)}
-			fresh := ov == nil || old.Epoch == 0 || i >= len(ov.PGs)
-			if fresh || ov.PGs[i].Primary() != p.Primary() {
-				s.pgLead[k] = m.Epoch
-			}
-		}
+		s.kickCore() // backfills and reconciliations the new map calls for
 	}
 }
 

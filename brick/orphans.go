@@ -78,7 +78,7 @@ func (s *Server) dropPG(vol uint64, pg uint32) {
 			return
 		default:
 		}
-		unlock := s.lockPG(pgKey{vol, pg})
+		unlock := s.lockPG(pgKey{Vol: vol, PG: pg})
 		m := s.latest.Load()
 		if !s.orphaned(m, vol, pg) {
 			unlock()

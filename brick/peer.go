@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -104,24 +103,16 @@ func fromPB(vol uint64, in []*pb.BlockOp) ([]store.Op, error) {
 }
 
 // checkMember refuses replication traffic from anyone but the PG's primary
-// to anyone but a member.
-func (s *Server) checkMember(m *clustermap.Map, vol uint64, pg uint32, primary string, epoch uint64) error {
-	v, p, err := pgOf(m, vol, pg, 0, 0)
-	if err != nil {
-		return err
-	}
-	if p.Primary() != primary || !slices.Contains(p.Bricks, s.cfg.Name) {
-		return status.Errorf(codes.FailedPrecondition, "volume %s pg %d at epoch %d: %s is not primary or %s not a member", v.Name, pg, m.Epoch, primary, s.cfg.Name)
-	}
-	return s.checkEpoch(vol, pg, epoch)
-}
-
-// recheckMember repeats checkMember under the PG's lock against the newest
-// map: a new primary's inventory of this brick (taken under the same lock,
-// after this brick learned the new map) must not be followed by a change an
-// earlier primary sent before the map changed.
-func (s *Server) recheckMember(vol uint64, pg uint32, primary string, epoch uint64) error {
-	return s.checkMember(s.latest.Load(), vol, pg, primary, epoch)
+// to anyone but a member, or routed with a map older than the PG's last
+// change (repl.Core.CheckMember, against the newest map). Peer handlers
+// check it again under the PG's lock: a new primary's inventory of this
+// brick (taken under the same lock, after this brick learned the new map)
+// must not be followed by a change an earlier primary sent before the map
+// changed.
+func (s *Server) checkMember(vol uint64, pg uint32, primary string, epoch uint64) error {
+	s.pgMu.Lock()
+	defer s.pgMu.Unlock()
+	return grpcErr(s.core.CheckMember(vol, pg, primary, epoch))
 }
 
 // filterNewer drops ops this brick already has a newer copy of.
@@ -161,19 +152,22 @@ func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.Rep
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+	if err := s.checkMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return nil, err
 	}
-	if err := checkFence(m, r.Writer); err != nil {
-		return nil, err
+	if r.Writer == nil {
+		return nil, status.Error(codes.InvalidArgument, "replicated change without a writer id")
+	}
+	if err := repl.CheckFence(m, writerOf(r.Writer)); err != nil {
+		return nil, grpcErr(err)
 	}
 	ops, err := fromPB(r.Vol, r.Ops)
 	if err != nil {
 		return nil, err
 	}
-	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	unlock := s.lockPG(pgKey{Vol: r.Vol, PG: r.Pg})
 	defer unlock()
-	if err := s.recheckMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+	if err := s.checkMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return nil, err
 	}
 	if ops, err = s.filterNewer(ops, 0, false); err != nil {
@@ -210,7 +204,7 @@ func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingSe
 	if err != nil {
 		return err
 	}
-	unlock := s.lockPG(pgKey{r.Vol, r.Pg}) // orders it against dropPG
+	unlock := s.lockPG(pgKey{Vol: r.Vol, PG: r.Pg}) // orders it against dropPG
 	entries, err := s.pgEntries(v, r.Pg)
 	unlock()
 	if err != nil {
@@ -241,20 +235,19 @@ func (s *Server) Backfill(ctx context.Context, r *pb.BackfillRequest) (*pb.Backf
 }
 
 func (s *Server) applyBackfill(ctx context.Context, r *pb.BackfillRequest) (int64, error) {
-	m, err := s.beginPeer(ctx, r.MapEpoch)
-	if err != nil {
+	if _, err := s.beginPeer(ctx, r.MapEpoch); err != nil {
 		return 0, err
 	}
-	if err := s.checkMember(m, r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+	if err := s.checkMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return 0, err
 	}
 	ops, err := fromPB(r.Vol, r.Ops)
 	if err != nil {
 		return 0, err
 	}
-	unlock := s.lockPG(pgKey{r.Vol, r.Pg})
+	unlock := s.lockPG(pgKey{Vol: r.Vol, PG: r.Pg})
 	defer unlock()
-	if err := s.recheckMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
+	if err := s.checkMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return 0, err
 	}
 	if ops, err = s.filterNewer(ops, r.Horizon, true); err != nil {

@@ -35,23 +35,18 @@ import (
 
 const reconcileRetry = 500 * time.Millisecond
 
-// horizon is the backfill horizon of a PG this brick leads: every seq it
-// has assigned so far, and every seq assigned under an earlier lead
-// (another primary's, whose seqs this brick's own counter may be behind).
-// Seqs this brick assigns later are above it.
+// horizon is the backfill horizon of a PG this brick leads (repl.Core.Horizon).
 func (s *Server) horizon(k pgKey) uint64 {
 	s.pgMu.Lock()
-	lead := s.pgLead[k]
-	s.pgMu.Unlock()
-	return max(s.lastSeq.Load(), lead<<repl.CounterBits)
+	defer s.pgMu.Unlock()
+	return s.core.Horizon(k)
 }
 
 // needsReconcile reports whether k's current lead has not been reconciled.
 func (s *Server) needsReconcile(k pgKey) (lead uint64, need bool) {
 	s.pgMu.Lock()
 	defer s.pgMu.Unlock()
-	lead = s.pgLead[k]
-	return lead, s.pgReconciled[k] != lead
+	return s.core.NeedsReconcile(k)
 }
 
 // ensureReconciled reconciles PG pg of v under the serving map m, unless
@@ -59,40 +54,43 @@ func (s *Server) needsReconcile(k pgKey) (lead uint64, need bool) {
 // another request may have done it meanwhile). The caller holds mapMu
 // shared and has checked that this brick leads the PG (checkPrimary).
 func (s *Server) ensureReconciled(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
-	k := pgKey{v.ID, pg}
+	k := pgKey{Vol: v.ID, PG: pg}
 	unlock := s.lockPG(k)
 	defer unlock()
 	lead, need := s.needsReconcile(k)
 	if !need {
 		return nil
 	}
-	if err := s.reconcile(ctx, m, v, pg, p); err != nil {
+	missed, err := s.reconcile(ctx, m, v, pg, p)
+	if err != nil {
 		return status.Errorf(codes.Unavailable, "brick %s: new primary of volume %s pg %d cannot reconcile its replicas yet: %v; retry", s.cfg.Name, v.Name, pg, err)
 	}
 	s.pgMu.Lock()
-	s.pgReconciled[k] = lead
+	s.core.Reconciled(k, lead, p.Since, missed)
 	s.pgMu.Unlock()
+	if len(missed) > 0 {
+		s.kickCore()
+	}
 	return nil
 }
 
 // reconcile makes every other in-sync member of the PG hold what this brick
-// holds. A member that cannot be reached or refuses is marked as having
-// missed a change. The caller holds the PG's lock.
-func (s *Server) reconcile(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG) error {
-	k := pgKey{v.ID, pg}
+// holds. It returns the members that could not be reached or refused: they
+// count as having missed a change. The caller holds the PG's lock.
+func (s *Server) reconcile(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG) (missed []string, err error) {
+	k := pgKey{Vol: v.ID, PG: pg}
 	horizon := s.horizon(k)
 	mine, err := s.pgEntries(v, pg)
 	if err != nil {
-		return fmt.Errorf("own inventory: %w", err)
+		return nil, fmt.Errorf("own inventory: %w", err)
 	}
-	var missed []string
 	for _, b := range p.InSync() {
 		if b == s.cfg.Name {
 			continue
 		}
 		n, err := s.reconcileMember(ctx, m, v, k, b, mine, horizon)
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return nil, ctx.Err()
 		}
 		if err != nil {
 			s.log.Warn("cannot reconcile an in-sync replica; it will be resynced", "vol", v.Name, "pg", pg, "target", b, "err", err)
@@ -104,10 +102,7 @@ func (s *Server) reconcile(ctx context.Context, m *clustermap.Map, v *clustermap
 			s.log.Info("reconciled an in-sync replica with the new primary", "vol", v.Name, "pg", pg, "target", b, "blocks", n)
 		}
 	}
-	if len(missed) > 0 {
-		s.markFault(k, p.Since, missed)
-	}
-	return nil
+	return missed, nil
 }
 
 // reconcileMember sends target the difference between its copy of the PG
@@ -118,7 +113,7 @@ func (s *Server) reconcileMember(ctx context.Context, m *clustermap.Map, v *clus
 		return 0, err
 	}
 	ictx, cancel := context.WithTimeout(ctx, replicateTimeout)
-	theirs, err := inventory(ictx, cl, &pb.InventoryRequest{MapEpoch: m.Epoch, Vol: k.vol, Pg: k.pg})
+	theirs, err := inventory(ictx, cl, &pb.InventoryRequest{MapEpoch: m.Epoch, Vol: k.Vol, Pg: k.PG})
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("inventory of %s: %w", target, err)
@@ -176,7 +171,7 @@ func (s *Server) reconcileLed() (left int) {
 	var todo []pgKey
 	for _, v := range s.serving.Load().Volumes {
 		for i, p := range v.PGs {
-			k := pgKey{v.ID, uint32(i)}
+			k := pgKey{Vol: v.ID, PG: uint32(i)}
 			if _, need := s.needsReconcile(k); need && p.Primary() == s.cfg.Name {
 				todo = append(todo, k)
 			}
@@ -189,7 +184,7 @@ func (s *Server) reconcileLed() (left int) {
 		default:
 		}
 		if err := s.reconcileOne(k); err != nil {
-			s.log.Debug("reconcile", "vol", k.vol, "pg", k.pg, "err", err)
+			s.log.Debug("reconcile", "vol", k.Vol, "pg", k.PG, "err", err)
 			left++
 		}
 	}
@@ -202,14 +197,16 @@ func (s *Server) reconcileOne(k pgKey) error {
 	s.mapMu.RLock()
 	defer s.mapMu.RUnlock()
 	m := s.serving.Load()
-	v := m.VolumeByID(k.vol)
-	if v == nil || int(k.pg) >= len(v.PGs) || v.PGs[k.pg].Primary() != s.cfg.Name {
+	v := m.VolumeByID(k.Vol)
+	if v == nil || int(k.PG) >= len(v.PGs) || v.PGs[k.PG].Primary() != s.cfg.Name {
 		return nil
 	}
-	p := &v.PGs[k.pg]
-	reconciled, err := s.checkPrimary(v, k.pg, p)
-	if err != nil || reconciled {
-		return err
+	p := &v.PGs[k.PG]
+	s.pgMu.Lock()
+	need, err := s.core.Admit(m, repl.Request{PG: k, Epoch: m.Epoch, Now: time.Now().UnixNano()})
+	s.pgMu.Unlock()
+	if err != nil || !need {
+		return grpcErr(err)
 	}
-	return s.ensureReconciled(s.ctx(), m, v, k.pg, p)
+	return s.ensureReconciled(s.ctx(), m, v, k.PG, p)
 }

@@ -17,21 +17,6 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
-// Status codes a brick answers with; the volume client acts on the code:
-//
-//	FailedPrecondition  stale map epoch: refresh the map and retry
-//	Unavailable         not primary, no lease, a replica failed: retry
-//	PermissionDenied    the writer is fenced: never retry
-//	InvalidArgument     malformed request: never retry
-//	NotFound            unknown volume or snapshot
-//	DataLoss            a block is corrupt here and on every replica
-//	ResourceExhausted   a store is full
-var (
-	errStale = func(got, have uint64) error {
-		return status.Errorf(codes.FailedPrecondition, "stale map epoch %d: the placement group changed at epoch %d", got, have)
-	}
-)
-
 // begin serves a client request (Write, Read, Decommit) at the primary: it
 // brings the brick's map up to the request's epoch and returns it with
 // mapMu held shared; the caller must call done. Holding mapMu makes a map
@@ -43,7 +28,10 @@ func (s *Server) begin(ctx context.Context, epoch uint64, vol uint64, pg uint32)
 	}
 	// Serve under a map that knows the PG's newest configuration: backups
 	// refuse requests from a primary routed with an older one.
-	if err := s.catchUpServing(ctx, max(epoch, s.pgSince(vol, pg))); err != nil {
+	s.pgMu.Lock()
+	at := s.core.ServeEpoch(repl.PGKey{Vol: vol, PG: pg}, epoch)
+	s.pgMu.Unlock()
+	if err := s.catchUpServing(ctx, at); err != nil {
 		return nil, nil, err
 	}
 	s.mapMu.RLock()
@@ -61,116 +49,62 @@ func (s *Server) beginPeer(ctx context.Context, epoch uint64) (*clustermap.Map, 
 	return s.latest.Load(), nil
 }
 
-// pgSince is the map epoch of the last change of a PG's configuration
-// (members, syncing set) in the newest map: clustermap keeps it in PG.Since.
-func (s *Server) pgSince(vol uint64, pg uint32) uint64 {
-	v := s.latest.Load().VolumeByID(vol)
-	if v == nil || int(pg) >= len(v.PGs) {
-		return 0
-	}
-	return v.PGs[pg].Since
-}
-
-// checkEpoch refuses a request routed with a map older than the last change
-// of its PG's configuration.
-func (s *Server) checkEpoch(vol uint64, pg uint32, epoch uint64) error {
-	if changed := s.pgSince(vol, pg); epoch < changed {
-		return errStale(epoch, changed)
-	}
-	return nil
-}
-
 // pgOf checks that the volume and PG exist and that [off, off+n) lies in
 // one chunk of that PG.
 func pgOf(m *clustermap.Map, vol uint64, pg uint32, off, n uint64) (*clustermap.Volume, *clustermap.PG, error) {
-	v := m.VolumeByID(vol)
-	if v == nil {
-		return nil, nil, status.Errorf(codes.NotFound, "no volume with id %d", vol)
-	}
-	if int(pg) >= len(v.PGs) {
-		return nil, nil, status.Errorf(codes.InvalidArgument, "volume %s has no placement group %d", v.Name, pg)
-	}
-	if n > 0 {
-		if off+n-1 < off {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "range at %d length %d passes 2^64", off, n)
-		}
-		cb := uint64(v.ChunkBytes)
-		if off/cb != (off+n-1)/cb {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "range at %d length %d crosses a chunk boundary (chunk %d bytes)", off, n, cb)
-		}
-		if v.PGOf(off) != pg {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "offset %d belongs to pg %d, not %d", off, v.PGOf(off), pg)
-		}
-	}
-	return v, &v.PGs[pg], nil
+	v, p, err := repl.Locate(m, vol, pg, off, n)
+	return v, p, grpcErr(err)
 }
 
-// admit runs the primary's checks for a client request on a PG, in order:
-// the PG did not change since the request's epoch, this brick leads it with
-// a lease and a settled hand-off, the writer is not fenced (w nil: a read),
-// its in-sync replicas were reconciled since this brick took the lead
-// (reconcile.go), then takes the PG's lock (exclusive for changes, shared
-// for reads) and checks the PG is not waiting for a missed replica to be
-// resynced.
+// writerOf converts a request's writer for the core (nil stays nil).
+func writerOf(w *pb.Writer) *repl.Writer {
+	if w == nil {
+		return nil
+	}
+	return &repl.Writer{ID: w.Id, Epoch: w.Epoch}
+}
+
+// admit runs the primary's checks for a client request on a PG (the core
+// decides: repl.Core.Admit): the PG did not change since the request's
+// epoch, this brick leads it with a lease and a settled hand-off, the
+// writer is not fenced (w nil: a read), its in-sync replicas were
+// reconciled since this brick took the lead (reconcile.go); then it takes
+// the PG's lock (exclusive for changes, shared for reads) and checks the
+// PG is not waiting for a missed replica to be resynced (Core.Serve).
 func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer) (unlock func(), err error) {
-	if err := s.checkEpoch(v.ID, pg, epoch); err != nil {
-		return nil, err
-	}
-	reconciled, err := s.checkPrimary(v, pg, p)
-	if err != nil {
-		return nil, err
-	}
+	k := pgKey{Vol: v.ID, PG: pg}
+	req := repl.Request{PG: k, Epoch: epoch, Now: time.Now().UnixNano()}
 	if w != nil {
-		if err := checkFence(m, w); err != nil {
-			return nil, err
+		if w.Id == "" {
+			return nil, status.Error(codes.InvalidArgument, "write without a writer id")
 		}
+		req.Writer = writerOf(w)
 	}
-	if !reconciled {
+	s.pgMu.Lock()
+	reconcile, err := s.core.Admit(m, req)
+	s.pgMu.Unlock()
+	if err != nil {
+		return nil, grpcErr(err)
+	}
+	if reconcile {
 		if err := s.ensureReconciled(ctx, m, v, pg, p); err != nil {
 			return nil, err
 		}
 	}
 	if w != nil {
-		unlock = s.lockPG(pgKey{v.ID, pg})
+		unlock = s.lockPG(k)
 	} else {
-		unlock = s.rlockPG(pgKey{v.ID, pg})
+		unlock = s.rlockPG(k)
 	}
-	if err := s.checkFault(m, v, pg); err != nil {
+	s.pgMu.Lock()
+	err = s.core.Serve(m, k)
+	s.pgMu.Unlock()
+	if err != nil {
 		unlock()
-		return nil, err
+		s.kickCore()
+		return nil, grpcErr(err)
 	}
 	return unlock, nil
-}
-
-// checkPrimary refuses unless this brick leads the PG, holds a lease and
-// the hand-off has settled; it also reports whether the PG's replicas were
-// reconciled for this lead (reconcile.go), read under the same lock.
-func (s *Server) checkPrimary(v *clustermap.Volume, pg uint32, p *clustermap.PG) (reconciled bool, err error) {
-	if p.Primary() != s.cfg.Name {
-		return false, status.Errorf(codes.Unavailable, "brick %s is not the primary of volume %s pg %d (%s is)", s.cfg.Name, v.Name, pg, p.Primary())
-	}
-	if !s.leaseValid() {
-		return false, status.Errorf(codes.Unavailable, "brick %s: primary lease expired (coordinator unreachable)", s.cfg.Name)
-	}
-	k := pgKey{v.ID, pg}
-	s.pgMu.Lock()
-	since := s.pgLead[k]
-	reconciled = s.pgReconciled[k] == since
-	s.pgMu.Unlock()
-	if s.installed.Load() < since {
-		return false, status.Errorf(codes.Unavailable, "brick %s: new primary of volume %s pg %d waits until the previous primary has learned map epoch %d", s.cfg.Name, v.Name, pg, since)
-	}
-	return reconciled, nil
-}
-
-func checkFence(m *clustermap.Map, w *pb.Writer) error {
-	if w == nil || w.Id == "" {
-		return status.Error(codes.InvalidArgument, "write without a writer id")
-	}
-	if min := m.FenceEpoch(w.Id); w.Epoch < min {
-		return status.Errorf(codes.PermissionDenied, "writer %s is fenced: epoch %d is below %d", w.Id, w.Epoch, min)
-	}
-	return nil
 }
 
 func storeErr(err error, what string) error {
@@ -246,7 +180,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 		}
 		seq, err := s.nextSeq(m.Epoch)
 		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "brick %s: %v", s.cfg.Name, err)
+			return nil, err
 		}
 		ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
 	}
@@ -264,7 +198,7 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 // have missed what the others applied: it is marked faulty until the
 // coordinator has made it syncing (under a new Since, so a backfill pass
 // that predates the miss does not count) and the PG refuses requests
-// meanwhile (checkFault). A write an in-sync backup refused (full, failing)
+// meanwhile (repl.Core.Serve). A write an in-sync backup refused (full, failing)
 // comes back Unavailable: its retry succeeds on the members left in sync.
 // When this brick's own apply failed and an in-sync member applied the ops,
 // this brick is the one that missed them (see fault.go). reserved ops may
@@ -324,10 +258,12 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 			first = r.err
 		}
 	}
-	out := repl.Decide(s.cfg.Name, applied, failed, fenceErr != nil, p.Syncing)
+	s.pgMu.Lock()
+	out := s.core.Replicated(pgKey{Vol: v.ID, PG: pg}, p.Since, applied, failed, fenceErr != nil, p.Syncing)
+	s.pgMu.Unlock()
 	if len(out.Missed) > 0 {
 		s.log.WarnContext(ctx, "replicas missed a change; marking them for resync", "vol", v.Name, "pg", pg, "missed", out.Missed, "err", errMsg(first))
-		s.markFault(pgKey{v.ID, pg}, p.Since, out.Missed)
+		s.kickCore()
 	}
 	switch {
 	case out.OK:

@@ -69,21 +69,20 @@ type Server struct {
 	served  chan struct{} // closed and replaced at every install; guarded by pgMu
 	kick    chan struct{} // wakes the installer
 
-	leaseUntil atomic.Int64  // unix nanos until which this brick may act as primary
-	installed  atomic.Uint64 // every brick that may act as primary has this map epoch
-	removed    atomic.Bool   // the map dropped this brick (brick remove)
-	lastSeq    atomic.Uint64
-	seqMu      sync.Mutex
+	removed atomic.Bool // the map dropped this brick (brick remove)
 
-	pgMu             sync.Mutex
-	pgLock           map[pgKey]*sync.RWMutex                                // per-PG order: writes exclusive, reads shared
-	pgFault          map[pgKey][]fault                                      // members that missed a change this primary applied
-	pgFaultReporting map[pgKey]bool                                         // a reportFault goroutine runs for the PG
-	replicaFailed    func(ctx context.Context, k pgKey, brick string) error // reports to the coordinator (tests replace it)
-	pgLead           map[pgKey]uint64                                       // map epoch at which the PG's primary last changed
-	pgReconciled     map[pgKey]uint64                                       // the pgLead whose in-sync replicas were reconciled (reconcile.go)
-	reconciling      bool                                                   // reconcileLoop runs
-	reconcileAgain   bool                                                   // a map arrived while it ran
+	// pgMu guards the replication core (every decision of the protocol:
+	// brick/repl.Core) and the bookkeeping of the background work it asks
+	// for (core.go).
+	pgMu           sync.Mutex
+	core           *repl.Core
+	seqs           *seqFile                                               // the seq reservation on disk
+	pgLock         map[pgKey]*sync.RWMutex                                // per-PG order: writes exclusive, reads shared
+	reporting      map[pgKey]bool                                         // a fault report runs for the PG
+	replicaFailed  func(ctx context.Context, k pgKey, brick string) error // reports to the coordinator (tests replace it)
+	reconciling    bool                                                   // reconcileLoop runs
+	reconcileAgain bool                                                   // a map arrived while it ran
+	coreKick       chan struct{}                                          // wakes coreLoop: the core has work ready
 
 	fetchMu sync.Mutex // single-flight map refresh
 
@@ -95,10 +94,7 @@ type Server struct {
 	io    iostat.Counters // client reads and writes served, for heartbeats
 }
 
-type pgKey struct {
-	vol uint64
-	pg  uint32
-}
+type pgKey = repl.PGKey
 
 type bfKey struct {
 	pgKey
@@ -123,8 +119,8 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, pgLead: map[pgKey]uint64{}, pgReconciled: map[pgKey]uint64{},
-		pgFault: map[pgKey][]fault{}, pgFaultReporting: map[pgKey]bool{}, served: make(chan struct{}), kick: make(chan struct{}, 1)}
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, reporting: map[pgKey]bool{},
+		served: make(chan struct{}), kick: make(chan struct{}, 1), coreKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
@@ -153,8 +149,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
-	s.wg.Add(5)
+	s.wg.Add(6)
 	go s.installer()
+	go s.coreLoop()
 	go s.heartbeatLoop()
 	go s.usageLoop()
 	go s.orphanLoop()
@@ -178,9 +175,9 @@ func (s *Server) Stop() {
 // Store exposes the local store (for status and tests).
 func (s *Server) Store() *store.Store { return s.store }
 
-// initSeq starts the seq counter above every seq already stored, and
-// above those it may have assigned without storing, so a restarted primary
-// never reuses one.
+// initSeq makes the replication core with its seq counter above every seq
+// already stored, and above those it may have assigned without storing
+// (repl.NewCore), so a restarted primary never reuses one.
 func (s *Server) initSeq() error {
 	vols, err := s.store.Vols()
 	if err != nil {
@@ -195,22 +192,14 @@ func (s *Server) initSeq() error {
 			return fmt.Errorf("brick: scan volume %d: %w", v, err)
 		}
 	}
-	if maxSeq > 0 {
-		// Seqs this brick assigned before it stopped but never stored (its
-		// own apply runs beside the replication) may be on other members:
-		// start past them, so no seq names two different blocks.
-		maxSeq += restartSeqGap
+	seqs, err := openSeqFile(s.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("brick %s: %w", s.cfg.Name, err)
 	}
-	s.lastSeq.Store(maxSeq)
+	s.seqs = seqs
+	s.core = repl.NewCore(s.cfg.Name, maxSeq, seqs.durable)
 	return nil
 }
-
-// restartSeqGap is how far past its highest stored seq a restarted brick
-// starts assigning: more seqs than a brick can have assigned and not yet
-// stored (requests in flight times blocks per request). A map epoch's
-// counter (2^32) allows 256 restarts within one epoch; past that, writes
-// wait for the next epoch (repl.NextSeq).
-const restartSeqGap = 1 << 24
 
 func (s *Server) register(ctx context.Context) error {
 	st := s.store.Stats()
@@ -280,8 +269,9 @@ func (s *Server) heartbeat() {
 			s.log.Warn("this brick was removed from the cluster; stop the process (restarting it would join again)")
 		}
 	}
-	s.installed.Store(resp.InstalledEpoch)
-	s.leaseUntil.Store(sent.Add(time.Duration(resp.LeaseMs) * time.Millisecond).UnixNano())
+	s.pgMu.Lock()
+	s.core.SetLease(sent.Add(time.Duration(resp.LeaseMs)*time.Millisecond).UnixNano(), resp.InstalledEpoch)
+	s.pgMu.Unlock()
 }
 
 // ioStats converts counters for the heartbeat (proto IOStats).
@@ -289,8 +279,6 @@ func ioStats(c iostat.Snapshot) *pb.IOStats {
 	return &pb.IOStats{ReadOps: c.Read.Ops, ReadBytes: c.Read.Bytes, ReadLatency: c.Read.Latency,
 		WriteOps: c.Write.Ops, WriteBytes: c.Write.Bytes, WriteLatency: c.Write.Latency}
 }
-
-func (s *Server) leaseValid() bool { return time.Now().UnixNano() < s.leaseUntil.Load() }
 
 // usageLoop counts, every few seconds, the chunks this brick holds per PG
 // (reported in heartbeats for status' chunk and degraded counts).
@@ -333,15 +321,21 @@ func (s *Server) countUsage() {
 	s.usage.Store(&out)
 }
 
-// nextSeq assigns a fresh seq under the current map epoch.
+// nextSeq assigns a fresh seq under the current map epoch, recording a new
+// seq reservation on disk first when the core asks for one (seqfile.go).
 func (s *Server) nextSeq(epoch uint64) (uint64, error) {
-	s.seqMu.Lock()
-	defer s.seqMu.Unlock()
-	seq, err := repl.NextSeq(s.lastSeq.Load(), epoch)
-	if err != nil {
-		return 0, err
+	s.pgMu.Lock()
+	seq, reserve, err := s.core.NextSeq(epoch)
+	s.pgMu.Unlock()
+	if err != nil || reserve == 0 {
+		return seq, grpcErr(err)
 	}
-	s.lastSeq.Store(seq)
+	if err := s.seqs.ensure(reserve); err != nil {
+		return 0, storeErr(err, fmt.Sprintf("brick %s", s.cfg.Name))
+	}
+	s.pgMu.Lock()
+	s.core.Reserved(reserve)
+	s.pgMu.Unlock()
 	return seq, nil
 }
 

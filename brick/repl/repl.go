@@ -137,14 +137,21 @@ func Decide(self string, applied, failed []string, fenced bool, syncing []string
 		return out
 	}
 	others := slices.DeleteFunc(slices.Clone(applied), func(b string) bool { return b == self })
-	switch {
-	case slices.ContainsFunc(others, inSync):
+	if slices.ContainsFunc(others, inSync) {
 		// An in-sync member has what this primary lacks: it must lead.
 		missed := append([]string{self}, slices.DeleteFunc(slices.Clone(failed), func(b string) bool { return b == self })...)
 		return Outcome{Missed: missed, Retry: !fenced}
-	case len(others) > 0:
-		// Only syncing members took it: backfill them again from here.
-		return Outcome{Missed: others}
 	}
-	return Outcome{}
+	// No in-sync member is known to have it. The members that applied it
+	// are backfilled again from here, and so are those that failed: a
+	// failure may be a lost answer from a member that applied the change
+	// all the same (found by the simulator: a backup whose reply was lost
+	// kept a change its primary, with a full disk, lacked).
+	missed := slices.Clone(others)
+	for _, b := range failed {
+		if b != self {
+			missed = append(missed, b)
+		}
+	}
+	return Outcome{Missed: missed}
 }

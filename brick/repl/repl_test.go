@@ -113,8 +113,9 @@ func TestDecide(t *testing.T) {
 		{"syncing backup failed", []string{"p", "a"}, []string{"b"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
 		{"fenced at a backup", []string{"p", "a"}, []string{"b"}, true, nil, Outcome{Missed: []string{"b"}}},
 		{"primary failed, in-sync took it", []string{"a"}, []string{"p", "b"}, false, nil, Outcome{Missed: []string{"p", "b"}, Retry: true}},
-		{"primary failed, syncing took it", []string{"b"}, []string{"p", "a"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
-		{"nobody took it", nil, []string{"p", "a", "b"}, false, nil, Outcome{}},
+		{"primary failed, syncing took it", []string{"b"}, []string{"p", "a"}, false, []string{"b"}, Outcome{Missed: []string{"b", "a"}}},
+		{"nobody took it, or nobody said so", nil, []string{"p", "a", "b"}, false, nil, Outcome{Missed: []string{"a", "b"}}},
+		{"primary alone", nil, []string{"p"}, false, nil, Outcome{}},
 	}
 	for _, c := range cases {
 		got := Decide("p", c.applied, c.failed, c.fenced, c.syncing)
