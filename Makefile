@@ -3,7 +3,7 @@ GO ?= go
 BIN := bin/plumeria
 TEST_TIMEOUT ?= 60m
 
-.PHONY: build test test-short vet deps proto fuzz bench-vdisk chaos chaos-short clean image cluster-up cluster-down
+.PHONY: build test test-short vet deps proto fuzz bench-vdisk chaos chaos-short sim-soak clean image cluster-up cluster-down
 
 build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/plumeria
@@ -62,6 +62,12 @@ CHAOS_RUN ?= TestChaos|TestCrashPoints
 chaos: deps
 	$(GO) test -count=1 -v -timeout 0 -run '$(CHAOS_RUN)' ./test/chaos/ -args -chaos.long \
 		-chaos.seed=$(SEED) -chaos.duration=$(DURATION) -chaos.faults=$(FAULTS) -chaos.crash-iterations=$(CRASH_ITERATIONS)
+
+# sim-soak runs the replication core's simulator (brick/repl) over many
+# seeds; a failure prints its seed and last events (docs/testing.md).
+SIM_SEEDS ?= 20000
+sim-soak:
+	$(GO) test -count=1 -timeout 0 -run 'TestSimulator$$' ./brick/repl/ -args -sim.seeds=$(SIM_SEEDS)
 
 chaos-short: deps
 	$(GO) test -count=1 -v -timeout 20m ./test/chaos/...

@@ -201,13 +201,14 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 // meanwhile (repl.Core.Serve). A write an in-sync backup refused (full, failing)
 // comes back Unavailable: its retry succeeds on the members left in sync.
 // When this brick's own apply failed and an in-sync member applied the ops,
-// this brick is the one that missed them (see fault.go). reserved ops may
+// this brick is the one that missed them (see core.go). reserved ops may
 // use the space stores keep for metadata (store.ApplyReserved).
 func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, w *pb.Writer, ops []store.Op, reserved bool) error {
 	others := slices.DeleteFunc(slices.Clone(p.Bricks), func(b string) bool { return b == s.cfg.Name })
 	type result struct {
 		brick string
 		err   error
+		sure  bool // the member certainly did not apply the change
 	}
 	results := make(chan result, len(others)+1)
 	// Once the primary starts applying, every member finishes the change
@@ -216,7 +217,7 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 	ctx = context.WithoutCancel(ctx)
 	go func() {
 		if err := s.applyOps(ctx, ops, reserved); err != nil {
-			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name))}
+			results <- result{s.cfg.Name, storeErr(err, fmt.Sprintf("brick %s: apply", s.cfg.Name)), true}
 			return
 		}
 		results <- result{brick: s.cfg.Name}
@@ -230,36 +231,44 @@ func (s *Server) replicate(ctx context.Context, m *clustermap.Map, v *clustermap
 				_, err = cl.Replicate(rctx, req)
 				cancel()
 			}
+			sure := false
 			if err != nil {
 				code := status.Code(err)
+				// These a backup answers before it applies anything.
+				sure = code == codes.PermissionDenied || code == codes.ResourceExhausted || code == codes.FailedPrecondition || code == codes.InvalidArgument
 				if code != codes.PermissionDenied && code != codes.ResourceExhausted {
 					code = codes.Unavailable
 				}
 				err = status.Errorf(code, "replicate volume %s pg %d to %s: %v", v.Name, pg, b, errMsg(err))
 			}
-			results <- result{b, err}
+			results <- result{b, err, sure}
 		}()
 	}
-	var applied, failed []string
+	var replies repl.Replies
 	var localErr, fenceErr, first error
 	for range len(others) + 1 {
 		r := <-results
 		switch {
 		case r.err == nil:
-			applied = append(applied, r.brick)
+			replies.Applied = append(replies.Applied, r.brick)
 			continue
 		case r.brick == s.cfg.Name:
 			localErr = r.err
 		case status.Code(r.err) == codes.PermissionDenied:
 			fenceErr = r.err
 		}
-		failed = append(failed, r.brick)
+		if r.sure {
+			replies.Refused = append(replies.Refused, r.brick)
+		} else {
+			replies.Unknown = append(replies.Unknown, r.brick)
+		}
 		if first == nil {
 			first = r.err
 		}
 	}
+	replies.Fenced = fenceErr != nil
 	s.pgMu.Lock()
-	out := s.core.Replicated(pgKey{Vol: v.ID, PG: pg}, p.Since, applied, failed, fenceErr != nil, p.Syncing)
+	out := s.core.Replicated(pgKey{Vol: v.ID, PG: pg}, p.Since, replies, p.Syncing)
 	s.pgMu.Unlock()
 	if len(out.Missed) > 0 {
 		s.log.WarnContext(ctx, "replicas missed a change; marking them for resync", "vol", v.Name, "pg", pg, "missed", out.Missed, "err", errMsg(first))

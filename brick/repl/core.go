@@ -519,17 +519,16 @@ func (c *Core) Reconciled(k PGKey, lead, since uint64, missed []string) {
 }
 
 // Replicated decides a change this primary applied locally and forwarded
-// to the other members of PG k (Since since, syncing members syncing):
-// applied and failed name the members that did or did not apply it,
-// fenced whether one refused the writer as fenced. Members that missed
+// to the other members of PG k (Since since, syncing members syncing),
+// given what each made of it. Members that missed
 // the change are recorded as faults (the PG refuses requests until they
 // are resynced) and reported.
-func (c *Core) Replicated(k PGKey, since uint64, applied, failed []string, fenced bool, syncing []string) Outcome {
-	out := Decide(c.self, applied, failed, fenced, syncing)
-	if c.legacy.selfMiss && slices.Contains(failed, c.self) {
+func (c *Core) Replicated(k PGKey, since uint64, r Replies, syncing []string) Outcome {
+	out := Decide(c.self, r, syncing)
+	if failed := r.failed(); c.legacy.selfMiss && slices.Contains(failed, c.self) {
 		// Before the fix: only backups were ever marked, and the
 		// primary's own failure was the answer.
-		out = Outcome{Missed: slices.DeleteFunc(slices.Clone(failed), func(b string) bool { return b == c.self })}
+		out = Outcome{Missed: slices.DeleteFunc(failed, func(b string) bool { return b == c.self })}
 	}
 	c.MarkFault(k, since, out.Missed)
 	return out

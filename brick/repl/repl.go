@@ -123,32 +123,44 @@ type Outcome struct {
 	Retry bool
 }
 
+// Replies is what the members of a PG made of a change the primary
+// forwarded (the primary's own apply included).
+type Replies struct {
+	Applied []string // applied it
+	Refused []string // refused it before applying it (full, fenced, not a member): they lack it
+	Unknown []string // no answer, or a failure that may come after the apply: they may have it
+	Fenced  bool     // a member refused the writer as fenced
+}
+
+func (r Replies) failed() []string { return append(slices.Clone(r.Refused), r.Unknown...) }
+
 // Decide returns the outcome of a replicated change: self is the primary,
-// applied and failed the members that applied it or not, fenced whether
-// some member refused the writer as fenced, syncing the members still
-// being backfilled (they receive every change; one that misses a change
-// is marked again, so that its backfill pass starts over).
-func Decide(self string, applied, failed []string, fenced bool, syncing []string) Outcome {
+// syncing the members still being backfilled (they receive every change;
+// one that misses a change is marked again, so that its backfill pass
+// starts over).
+func Decide(self string, r Replies, syncing []string) Outcome {
 	inSync := func(b string) bool { return !slices.Contains(syncing, b) }
-	if slices.Contains(applied, self) {
-		out := Outcome{Missed: slices.Clone(failed)}
-		out.OK = !fenced && len(failed) == 0
-		out.Retry = !out.OK && !fenced && !slices.ContainsFunc(failed, func(b string) bool { return !inSync(b) })
+	failed := r.failed()
+	if slices.Contains(r.Applied, self) {
+		out := Outcome{Missed: failed}
+		out.OK = !r.Fenced && len(failed) == 0
+		out.Retry = !out.OK && !r.Fenced && !slices.ContainsFunc(failed, func(b string) bool { return !inSync(b) })
 		return out
 	}
-	others := slices.DeleteFunc(slices.Clone(applied), func(b string) bool { return b == self })
+	others := slices.DeleteFunc(slices.Clone(r.Applied), func(b string) bool { return b == self })
 	if slices.ContainsFunc(others, inSync) {
 		// An in-sync member has what this primary lacks: it must lead.
-		missed := append([]string{self}, slices.DeleteFunc(slices.Clone(failed), func(b string) bool { return b == self })...)
-		return Outcome{Missed: missed, Retry: !fenced}
+		missed := append([]string{self}, slices.DeleteFunc(failed, func(b string) bool { return b == self })...)
+		return Outcome{Missed: missed, Retry: !r.Fenced}
 	}
 	// No in-sync member is known to have it. The members that applied it
-	// are backfilled again from here, and so are those that failed: a
-	// failure may be a lost answer from a member that applied the change
+	// are backfilled again from here, and so are those whose answer is
+	// unknown: it may be a lost answer of a member that applied the change
 	// all the same (found by the simulator: a backup whose reply was lost
-	// kept a change its primary, with a full disk, lacked).
+	// kept a change its primary, with a full disk, lacked). Members that
+	// refused it lack it, as this primary does.
 	missed := slices.Clone(others)
-	for _, b := range failed {
+	for _, b := range r.Unknown {
 		if b != self {
 			missed = append(missed, b)
 		}

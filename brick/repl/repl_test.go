@@ -102,23 +102,23 @@ func TestVersionNewer(t *testing.T) {
 
 func TestDecide(t *testing.T) {
 	cases := []struct {
-		name            string
-		applied, failed []string
-		fenced          bool
-		syncing         []string
-		want            Outcome
+		name    string
+		r       Replies
+		syncing []string
+		want    Outcome
 	}{
-		{"all applied", []string{"p", "a", "b"}, nil, false, nil, Outcome{OK: true}},
-		{"in-sync backup failed", []string{"p", "a"}, []string{"b"}, false, nil, Outcome{Missed: []string{"b"}, Retry: true}},
-		{"syncing backup failed", []string{"p", "a"}, []string{"b"}, false, []string{"b"}, Outcome{Missed: []string{"b"}}},
-		{"fenced at a backup", []string{"p", "a"}, []string{"b"}, true, nil, Outcome{Missed: []string{"b"}}},
-		{"primary failed, in-sync took it", []string{"a"}, []string{"p", "b"}, false, nil, Outcome{Missed: []string{"p", "b"}, Retry: true}},
-		{"primary failed, syncing took it", []string{"b"}, []string{"p", "a"}, false, []string{"b"}, Outcome{Missed: []string{"b", "a"}}},
-		{"nobody took it, or nobody said so", nil, []string{"p", "a", "b"}, false, nil, Outcome{Missed: []string{"a", "b"}}},
-		{"primary alone", nil, []string{"p"}, false, nil, Outcome{}},
+		{"all applied", Replies{Applied: []string{"p", "a", "b"}}, nil, Outcome{OK: true}},
+		{"in-sync backup failed", Replies{Applied: []string{"p", "a"}, Unknown: []string{"b"}}, nil, Outcome{Missed: []string{"b"}, Retry: true}},
+		{"in-sync backup full", Replies{Applied: []string{"p", "a"}, Refused: []string{"b"}}, nil, Outcome{Missed: []string{"b"}, Retry: true}},
+		{"syncing backup failed", Replies{Applied: []string{"p", "a"}, Unknown: []string{"b"}}, []string{"b"}, Outcome{Missed: []string{"b"}}},
+		{"fenced at a backup", Replies{Applied: []string{"p", "a"}, Refused: []string{"b"}, Fenced: true}, nil, Outcome{Missed: []string{"b"}}},
+		{"primary failed, in-sync took it", Replies{Applied: []string{"a"}, Refused: []string{"p"}, Unknown: []string{"b"}}, nil, Outcome{Missed: []string{"p", "b"}, Retry: true}},
+		{"primary failed, syncing took it", Replies{Applied: []string{"b"}, Refused: []string{"p"}, Unknown: []string{"a"}}, []string{"b"}, Outcome{Missed: []string{"b", "a"}}},
+		{"primary failed, an answer lost", Replies{Refused: []string{"p", "b"}, Unknown: []string{"a"}}, nil, Outcome{Missed: []string{"a"}}},
+		{"everybody full", Replies{Refused: []string{"p", "a", "b"}}, nil, Outcome{}},
 	}
 	for _, c := range cases {
-		got := Decide("p", c.applied, c.failed, c.fenced, c.syncing)
+		got := Decide("p", c.r, c.syncing)
 		if !slices.Equal(got.Missed, c.want.Missed) || got.OK != c.want.OK || got.Retry != c.want.Retry {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
 		}

@@ -471,6 +471,8 @@ func (b *simBrick) done() {
 	b.maybeInstall()
 }
 
+var errUnknown = refuse(Unreconciled, "no answer")
+
 type simResult struct {
 	seq, val uint64
 	err      error
@@ -537,23 +539,28 @@ func (b *simBrick) clientWrite(c string, epoch, key, val uint64, reply func(simR
 // replicate applies the op here and at every other member, and decides
 // (Server.replicate).
 func (b *simBrick) replicate(m *clustermap.Map, k PGKey, p clustermap.PG, key uint64, e simEntry, done func(Outcome, error)) {
-	var applied, failed []string
+	var r Replies
 	waiting := len(p.Bricks)
-	finish := func(brick string, ok bool) {
-		if ok {
-			applied = append(applied, brick)
-		} else {
-			failed = append(failed, brick)
+	// finish records a member's answer: nil applied, errUnknown no answer.
+	finish := func(brick string, err error) {
+		switch {
+		case err == nil:
+			r.Applied = append(r.Applied, brick)
+		case err == errUnknown:
+			r.Unknown = append(r.Unknown, brick)
+		default:
+			r.Refused = append(r.Refused, brick)
 		}
 		if waiting--; waiting == 0 {
-			slices.Sort(applied)
-			slices.Sort(failed)
-			out := b.core.Replicated(k, p.Since, applied, failed, false, p.Syncing)
-			if len(failed) > 0 {
-				b.w.logf("%s: pg %d seq %x applied %v failed %v: missed %v ok %v (since %d, faults now %v)", b.name, k.PG, e.seq, applied, failed, out.Missed, out.OK, p.Since, b.core.Faults(k))
+			slices.Sort(r.Applied)
+			slices.Sort(r.Refused)
+			slices.Sort(r.Unknown)
+			out := b.core.Replicated(k, p.Since, r, p.Syncing)
+			if len(r.Refused)+len(r.Unknown) > 0 {
+				b.w.logf("%s: pg %d seq %x applied %v refused %v unknown %v: missed %v ok %v (since %d, faults now %v)", b.name, k.PG, e.seq, r.Applied, r.Refused, r.Unknown, out.Missed, out.OK, p.Since, b.core.Faults(k))
 			}
 			var err error
-			if slices.Contains(failed, b.name) {
+			if slices.Contains(r.Refused, b.name) {
 				err = refuse(Faulty, "local apply failed")
 			}
 			done(out, err)
@@ -562,11 +569,11 @@ func (b *simBrick) replicate(m *clustermap.Map, k PGKey, p clustermap.PG, key ui
 	// The local apply runs beside the replication.
 	b.w.at(b.w.rng.Int64N(2*ms), b.guard(func() {
 		if b.full {
-			finish(b.name, false)
+			finish(b.name, refuse(Faulty, "full"))
 			return
 		}
 		b.store[key] = e
-		finish(b.name, true)
+		finish(b.name, nil)
 	}))
 	for _, t := range p.Bricks {
 		if t == b.name {
@@ -574,9 +581,9 @@ func (b *simBrick) replicate(m *clustermap.Map, k PGKey, p clustermap.PG, key ui
 		}
 		b.callPeer(t, func(tb *simBrick, reply func(func(*simBrick))) {
 			tb.applyReplicate(m.Epoch, k, b.name, key, e, func(err error) {
-				reply(func(*simBrick) { finish(t, err == nil) })
+				reply(func(*simBrick) { finish(t, err) })
 			})
-		}, simReplWait, func() { finish(t, false) })
+		}, simReplWait, func() { finish(t, errUnknown) })
 	}
 }
 
