@@ -58,3 +58,20 @@ func rmdir(path string) error {
 	}
 	return nil
 }
+
+// fdatasync makes f's data durable, and the metadata needed to read it
+// back (its size), but not its timestamps (fdatasync(2)).
+func fdatasync(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.Fdatasync(int(fd)) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: serr}
+	}
+	return nil
+}

@@ -101,7 +101,7 @@ func (r *runner) smallFiles(work string) error {
 		if err != nil {
 			return fmt.Errorf("files_read: %w", err)
 		}
-		r.drop(f)
+		r.drop(fileTarget(f))
 		f.Close()
 	}
 	rbuf := make([]byte, cfg.FileSize+1)

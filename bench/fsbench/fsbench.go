@@ -36,6 +36,11 @@
 //
 // A zero count or size skips its workload (RandOps 0 all three random
 // phases, RandQD 0 only the mixed one).
+//
+// The sequential, random and fsync workloads are block workloads: they
+// need only positioned reads and writes and a sync (Device). RunDevice runs
+// them, with the same names, units and checks, on any Device, such as a
+// raw Plumeria volume (`plumeria bench vdisk`), and RunFile on a local file.
 package fsbench
 
 import (
@@ -187,7 +192,7 @@ func Run(ctx context.Context, dir string, cfg Config) ([]Result, error) {
 
 type runner struct {
 	ctx       context.Context
-	dir       string
+	dir       string // the directory under test; under RunDevice, the device's name
 	cfg       Config
 	out       []Result
 	noDropLog bool // the page cache could not be dropped; said once
@@ -209,9 +214,12 @@ func (r *runner) add(name string, v float64, unit string) {
 // rate is n per second over d (never dividing by zero).
 func rate(n float64, d time.Duration) float64 { return n / max(d, time.Nanosecond).Seconds() }
 
-// drop evicts f's cached pages where possible, saying once when it cannot.
-func (r *runner) drop(f *os.File) {
-	if err := dropCache(f); err != nil && !r.noDropLog {
+// drop evicts t's cached pages where possible, saying once when it cannot.
+func (r *runner) drop(t target) {
+	if t.drop == nil {
+		return
+	}
+	if err := t.drop(); err != nil && !r.noDropLog {
 		r.noDropLog = true
 		r.logf("cannot drop the page cache (%v); reads may be served from memory", err)
 	}

@@ -117,7 +117,8 @@ func TestMixedLane(t *testing.T) {
 	budget := func(n int) func() bool { return func() bool { n--; return n >= 0 } }
 
 	l := newMixedLane(1, lanes, pages, rng) // pages 1, 4, 7
-	if err := l.run(context.Background(), f, p, budget(300), never); err != nil {
+	tf := fileTarget(f)
+	if err := l.run(context.Background(), tf, p, budget(300), never); err != nil {
 		t.Fatal(err)
 	}
 	if l.reads+l.writes != 300 || l.reads < 150 || l.writes < 50 {
@@ -131,7 +132,7 @@ func TestMixedLane(t *testing.T) {
 	}
 	all := []int64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
 	version := func(pg int64) uint64 { return uint64(l.versions[pg]) }
-	if err := checkPages(f, p, all, version, "check"); err != nil {
+	if err := checkPages(context.Background(), tf, p, all, version, "check"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -140,11 +141,11 @@ func TestMixedLane(t *testing.T) {
 	l.versions[4]++
 	for _, damage := range []func(){func() {}, func() { l.versions[4]--; f.WriteAt([]byte{0x5a}, 4*PageSize+100) }} {
 		damage()
-		if err := checkPages(f, p, all, version, "check"); err == nil || !strings.Contains(err.Error(), "offset 16384") {
+		if err := checkPages(context.Background(), tf, p, all, version, "check"); err == nil || !strings.Contains(err.Error(), "offset 16384") {
 			t.Errorf("checkPages of a damaged page: %v", err)
 		}
 		l.readPercent = 100
-		err := l.run(context.Background(), f, p, budget(100), never)
+		err := l.run(context.Background(), tf, p, budget(100), never)
 		if err == nil || !strings.Contains(err.Error(), "offset 16384 is not version") {
 			t.Errorf("lane reads of a damaged page: %v", err)
 		}
@@ -152,7 +153,7 @@ func TestMixedLane(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := l.run(ctx, f, p, budget(100), never); !errors.Is(err, context.Canceled) {
+	if err := l.run(ctx, tf, p, budget(100), never); !errors.Is(err, context.Canceled) {
 		t.Errorf("canceled lane: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package fsbench
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -15,28 +16,32 @@ import (
 // so that the latency is the write's and the fsync's, not the file's.
 const fsyncFileBytes = 4 << 20
 
-// fsyncLatency: FsyncOps times, a 4 KiB pwrite at a random page of a fresh
-// fsyncFileBytes file (filled and fsynced first), then fsync, each pair
+// fsyncLatency: the fsync latency workload of fsyncOn on a new file.
+func (r *runner) fsyncLatency(work string) error {
+	f, err := os.OpenFile(filepath.Join(work, "fsync.dat"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("write_fsync_4k_latency: %w", err)
+	}
+	defer f.Close()
+	return r.fsyncOn(fileTarget(f))
+}
+
+// fsyncOn: FsyncOps times, a 4 KiB write at a random page of the first
+// fsyncFileBytes of t (filled and synced first), then a sync, each pair
 // timed alone (write_fsync_4k_latency us, the median, and
 // write_fsync_4k_latency_p99 us); then every page is read back and checked.
-func (r *runner) fsyncLatency(work string) error {
+func (r *runner) fsyncOn(t target) error {
 	const name = "write_fsync_4k_latency"
 	const pages = fsyncFileBytes / PageSize
 	cfg := r.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 6))
-	path := filepath.Join(work, "fsync.dat")
 	p := newPattern(rng, 1<<20)
-	r.logf("fsync: %d times a 4 KiB write at a random page of a %d MiB file, then fsync", cfg.FsyncOps, fsyncFileBytes>>20)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
-	}
-	defer f.Close()
-	if err := r.writeSeq(f, p, fsyncFileBytes, 1<<20, name+": fill"); err != nil {
+	r.logf("fsync: %d times a 4 KiB write at a random page of %d MiB, then fsync", cfg.FsyncOps, fsyncFileBytes>>20)
+	if err := r.writeSeq(t, p, fsyncFileBytes, 1<<20, name+": fill"); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%s: fill: %w", name, err)
+	if err := t.dev.Sync(r.ctx); err != nil {
+		return fmt.Errorf("%s: fill: %s: %w", name, t.name, err)
 	}
 
 	versions := make([]uint32, pages) // times each page was rewritten
@@ -51,22 +56,22 @@ func (r *runner) fsyncLatency(work string) error {
 		versions[pg]++
 		p.version(uint64(versions[pg])).fill(buf, off)
 		start := time.Now()
-		if _, err := f.WriteAt(buf, off); err != nil {
-			return fmt.Errorf("%s: %s at offset %d: %w", name, path, off, err)
+		if err := t.dev.WriteAt(r.ctx, buf, uint64(off)); err != nil {
+			return fmt.Errorf("%s: %s at offset %d: %w", name, t.name, off, err)
 		}
-		if err := f.Sync(); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		if err := t.dev.Sync(r.ctx); err != nil {
+			return fmt.Errorf("%s: %s: %w", name, t.name, err)
 		}
 		lat = append(lat, time.Since(start))
 	}
 
 	// Check (untimed) every page from disk before reporting.
-	r.drop(f)
+	r.drop(t)
 	all := make([]int64, pages)
 	for i := range all {
 		all[i] = int64(i)
 	}
-	if err := checkPages(f, p, all, func(pg int64) uint64 { return uint64(versions[pg]) }, name+": check"); err != nil {
+	if err := checkPages(r.ctx, t, p, all, func(pg int64) uint64 { return uint64(versions[pg]) }, name+": check"); err != nil {
 		return err
 	}
 	slices.Sort(lat)
@@ -75,18 +80,18 @@ func (r *runner) fsyncLatency(work string) error {
 	return nil
 }
 
-// checkPages reads each page of pgs from f and compares it with
+// checkPages reads each page of pgs from t and compares it with
 // p.version(version(page)); what names the check in errors.
-func checkPages(f *os.File, p pattern, pgs []int64, version func(int64) uint64, what string) error {
+func checkPages(ctx context.Context, t target, p pattern, pgs []int64, version func(int64) uint64, what string) error {
 	buf, want := make([]byte, PageSize), make([]byte, PageSize)
 	for _, pg := range pgs {
 		off := pg * PageSize
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return fmt.Errorf("%s: %s at offset %d: %w", what, f.Name(), off, err)
+		if err := t.dev.ReadAt(ctx, buf, uint64(off)); err != nil {
+			return fmt.Errorf("%s: %s at offset %d: %w", what, t.name, off, err)
 		}
 		v := version(pg)
 		if p.version(v).fill(want, off); !bytes.Equal(buf, want) {
-			return fmt.Errorf("%s: %s: the page at offset %d is not version %d, the last written", what, f.Name(), off, v)
+			return fmt.Errorf("%s: %s: the page at offset %d is not version %d, the last written", what, t.name, off, v)
 		}
 	}
 	return nil

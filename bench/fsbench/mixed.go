@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,17 +18,17 @@ const mixedReadPercent = 70
 // RandQDMax bounds Config.RandQD (goroutines with an operation in flight).
 const RandQDMax = 1024
 
-// randMixed: RandOps 4 KiB operations at random pages of f, the random I/O
-// file, mixedReadPercent of them preads and the rest pwrites, with RandQD
-// of them in flight at once, then one fsync, timed together
-// (rand_mixed_qdN IOPS); bounded by RandTime. f holds p, except the pages
+// randMixed: RandOps 4 KiB operations at random pages of t, the random I/O
+// file or section, mixedReadPercent of them reads and the rest writes, with
+// RandQD of them in flight at once, then one sync, timed together
+// (rand_mixed_qdN IOPS); bounded by RandTime. t holds p, except the pages
 // of written, which hold p.version(1).
 //
 // Each of the RandQD goroutines owns the pages whose index is its number
 // modulo RandQD and knows which version of each it wrote last, so that
 // every read is checked against the version last written and no other
 // goroutine can write a page while its owner reads it.
-func (r *runner) randMixed(f *os.File, p pattern, written []int64) error {
+func (r *runner) randMixed(t target, p pattern, written []int64) error {
 	cfg := r.cfg
 	name := fmt.Sprintf("rand_mixed_qd%d", cfg.RandQD)
 	pages := cfg.RandSize / PageSize
@@ -42,7 +41,7 @@ func (r *runner) randMixed(f *os.File, p pattern, written []int64) error {
 	for _, pg := range written {
 		lanes[pg%int64(len(lanes))].versions[pg] = 1
 	}
-	r.drop(f) // the pages rand_write_4k checked, clean since its fsync
+	r.drop(t) // the pages rand_write_4k checked, clean since its sync
 
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
@@ -53,7 +52,7 @@ func (r *runner) randMixed(f *os.File, p pattern, written []int64) error {
 	start := time.Now()
 	for i, l := range lanes {
 		wg.Go(func() {
-			errs[i] = l.run(ctx, f, p, claim, func(n int) bool {
+			errs[i] = l.run(ctx, t, p, claim, func(n int) bool {
 				return n%ctxEvery == 0 && cfg.RandTime > 0 && time.Since(start) >= cfg.RandTime
 			})
 			if errs[i] != nil {
@@ -70,8 +69,8 @@ func (r *runner) randMixed(f *os.File, p pattern, written []int64) error {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	if err := t.dev.Sync(r.ctx); err != nil {
+		return fmt.Errorf("%s: %s: %w", name, t.name, err)
 	}
 	el := time.Since(start)
 	var reads, writes int
@@ -83,12 +82,12 @@ func (r *runner) randMixed(f *os.File, p pattern, written []int64) error {
 
 	// Check (untimed), from disk, a sample of the pages written, from
 	// every lane.
-	r.drop(f)
+	r.drop(t)
 	var sample []int64
 	for _, l := range lanes {
 		sample = append(sample, l.wrote[:min(len(l.wrote), 256/len(lanes)+1)]...)
 	}
-	return checkPages(f, p, sample, func(pg int64) uint64 {
+	return checkPages(r.ctx, t, p, sample, func(pg int64) uint64 {
 		return uint64(lanes[pg%int64(len(lanes))].versions[pg])
 	}, name+": check")
 }
@@ -113,11 +112,11 @@ func newMixedLane(lane, lanes, pages int64, rng *rand.Rand) *mixedLane {
 	}
 }
 
-// run does operations on l's pages of f, whose content is p.version of
+// run does operations on l's pages of t, whose content is p.version of
 // each page's version, for as long as claim grants one and expired (given
 // the number done) is false, checking every page it reads; it stops at the
 // first error, or when ctx is done (with ctx.Err()).
-func (l *mixedLane) run(ctx context.Context, f *os.File, p pattern, claim func() bool, expired func(int) bool) error {
+func (l *mixedLane) run(ctx context.Context, t target, p pattern, claim func() bool, expired func(int) bool) error {
 	buf, want := make([]byte, PageSize), make([]byte, PageSize)
 	for n := 0; ; n++ {
 		if err := ctx.Err(); err != nil {
@@ -130,18 +129,18 @@ func (l *mixedLane) run(ctx context.Context, f *os.File, p pattern, claim func()
 		off := pg * PageSize
 		v := l.versions[pg]
 		if l.rng.IntN(100) < l.readPercent {
-			if _, err := f.ReadAt(buf, off); err != nil {
-				return fmt.Errorf("%s at offset %d: %w", f.Name(), off, err)
+			if err := t.dev.ReadAt(ctx, buf, uint64(off)); err != nil {
+				return fmt.Errorf("%s at offset %d: %w", t.name, off, err)
 			}
 			if p.version(uint64(v)).fill(want, off); !bytes.Equal(buf, want) {
-				return fmt.Errorf("%s: the page at offset %d is not version %d, the last written", f.Name(), off, v)
+				return fmt.Errorf("%s: the page at offset %d is not version %d, the last written", t.name, off, v)
 			}
 			l.reads++
 			continue
 		}
 		p.version(uint64(v)+1).fill(buf, off)
-		if _, err := f.WriteAt(buf, off); err != nil {
-			return fmt.Errorf("%s at offset %d: %w", f.Name(), off, err)
+		if err := t.dev.WriteAt(ctx, buf, uint64(off)); err != nil {
+			return fmt.Errorf("%s at offset %d: %w", t.name, off, err)
 		}
 		l.versions[pg] = v + 1
 		l.wrote = append(l.wrote, pg)

@@ -69,8 +69,8 @@ func (p pattern) next(buf []byte, off int64) {
 	p.fill(buf, off)
 }
 
-// writeSeq writes size bytes of p to f from offset 0 in chunk-byte writes.
-func (r *runner) writeSeq(f *os.File, p pattern, size int64, chunk int, what string) error {
+// writeSeq writes size bytes of p to t from offset 0 in chunk-byte writes.
+func (r *runner) writeSeq(t target, p pattern, size int64, chunk int, what string) error {
 	buf := make([]byte, chunk)
 	for off := int64(0); off < size; off += int64(chunk) {
 		if off/int64(chunk)%ctxEvery == 0 && r.ctx.Err() != nil {
@@ -78,33 +78,27 @@ func (r *runner) writeSeq(f *os.File, p pattern, size int64, chunk int, what str
 		}
 		b := buf[:min(int64(chunk), size-off)]
 		p.next(b, off)
-		if _, err := f.Write(b); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+		if err := t.dev.WriteAt(r.ctx, b, uint64(off)); err != nil {
+			return fmt.Errorf("%s: %s at offset %d: %w", what, t.name, off, err)
 		}
 	}
 	return nil
 }
 
-// sequential: write cfg.SeqSize bytes and fsync, then read them back.
+// sequential: write cfg.SeqSize bytes to a new file and fsync, then read
+// them back through a new descriptor (on a FUSE mount, an open may drop
+// the kernel's cached pages of the file, as a reader's would).
 func (r *runner) sequential(work string) error {
-	cfg := r.cfg
 	path := filepath.Join(work, "seq.dat")
-	p := newPattern(rand.New(rand.NewPCG(cfg.Seed, 2)), cfg.SeqIO)
-	r.logf("seq: write %d MiB in %d KiB writes, fsync, read back", cfg.SeqSize>>20, cfg.SeqIO>>10)
+	p := r.seqPattern()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("seq_write_fsync: %w", err)
 	}
 	defer f.Close()
-	start := time.Now()
-	if err := r.writeSeq(f, p, cfg.SeqSize, cfg.SeqIO, "seq_write_fsync"); err != nil {
+	if err := r.seqWrite(fileTarget(f), p); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("seq_write_fsync: %w", err)
-	}
-	r.add("seq_write_fsync", rate(float64(cfg.SeqSize)/(1<<20), time.Since(start)), "MiB/s")
-	r.drop(f)
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("seq_write_fsync: %w", err)
 	}
@@ -113,57 +107,93 @@ func (r *runner) sequential(work string) error {
 		return fmt.Errorf("seq_read: %w", err)
 	}
 	defer f.Close()
-	r.drop(f)
+	if err := r.seqRead(fileTarget(f), p); err != nil {
+		return err
+	}
+	if n, err := f.ReadAt(make([]byte, 1), r.cfg.SeqSize); n != 0 || err != io.EOF {
+		return fmt.Errorf("seq_read: %s: longer than the %d bytes written", path, r.cfg.SeqSize)
+	}
+	return nil
+}
+
+// seqPattern is the content of the sequential workload.
+func (r *runner) seqPattern() pattern {
+	return newPattern(rand.New(rand.NewPCG(r.cfg.Seed, 2)), r.cfg.SeqIO)
+}
+
+// seqWrite writes cfg.SeqSize bytes of p to t from offset 0 in cfg.SeqIO
+// writes, then syncs, timed together (seq_write_fsync MiB/s).
+func (r *runner) seqWrite(t target, p pattern) error {
+	cfg := r.cfg
+	r.logf("seq: write %d MiB in %d KiB writes, fsync, read back", cfg.SeqSize>>20, cfg.SeqIO>>10)
+	start := time.Now()
+	if err := r.writeSeq(t, p, cfg.SeqSize, cfg.SeqIO, "seq_write_fsync"); err != nil {
+		return err
+	}
+	if err := t.dev.Sync(r.ctx); err != nil {
+		return fmt.Errorf("seq_write_fsync: %s: %w", t.name, err)
+	}
+	r.add("seq_write_fsync", rate(float64(cfg.SeqSize)/(1<<20), time.Since(start)), "MiB/s")
+	return nil
+}
+
+// seqRead reads back what seqWrite wrote, cold, in cfg.SeqIO reads, and
+// checks every byte (seq_read MiB/s).
+func (r *runner) seqRead(t target, p pattern) error {
+	cfg := r.cfg
+	r.drop(t)
 	want := make([]byte, cfg.SeqIO)
 	got := make([]byte, cfg.SeqIO)
-	start = time.Now()
+	start := time.Now()
 	for off := int64(0); off < cfg.SeqSize; off += int64(cfg.SeqIO) {
 		if off/int64(cfg.SeqIO)%ctxEvery == 0 && r.ctx.Err() != nil {
 			return r.ctx.Err()
 		}
 		n := min(int64(cfg.SeqIO), cfg.SeqSize-off)
-		if _, err := io.ReadFull(f, got[:n]); err != nil {
-			return fmt.Errorf("seq_read: %s at offset %d: %w", path, off, err)
+		if err := t.dev.ReadAt(r.ctx, got[:n], uint64(off)); err != nil {
+			return fmt.Errorf("seq_read: %s at offset %d: %w", t.name, off, err)
 		}
 		p.next(want[:n], off)
 		if !bytes.Equal(got[:n], want[:n]) {
-			return fmt.Errorf("seq_read: %s: the %d bytes at offset %d differ from what was written", path, n, off)
+			return fmt.Errorf("seq_read: %s: the %d bytes at offset %d differ from what was written", t.name, n, off)
 		}
 	}
-	el := time.Since(start)
-	if n, err := f.Read(got[:1]); n != 0 || err != io.EOF {
-		return fmt.Errorf("seq_read: %s: longer than the %d bytes written", path, cfg.SeqSize)
-	}
-	r.add("seq_read", rate(float64(cfg.SeqSize)/(1<<20), el), "MiB/s")
+	r.add("seq_read", rate(float64(cfg.SeqSize)/(1<<20), time.Since(start)), "MiB/s")
 	return nil
 }
 
-// random: RandOps 4 KiB reads at distinct random pages of a RandSize file,
-// then RandOps 4 KiB writes and an fsync, then (RandQD > 0) the mixed
-// reads and writes of randMixed on the same file.
+// random: the random workloads of randomOn on a new file, with the
+// kernel's read-ahead turned off for it.
 func (r *runner) random(work string) error {
-	cfg := r.cfg
-	rng := rand.New(rand.NewPCG(cfg.Seed, 3))
-	pages := cfg.RandSize / PageSize
 	path := filepath.Join(work, "rand.dat")
-	p := newPattern(rng, 1<<20)
-	r.logf("rand: write a %d MiB file, then %d random 4 KiB reads and %d writes (at most %v each)",
-		pages*PageSize>>20, cfg.RandOps, cfg.RandOps, cfg.RandTime)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return fmt.Errorf("rand: %w", err)
 	}
 	defer f.Close()
-	if err := r.writeSeq(f, p, pages*PageSize, 1<<20, "rand: fill"); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("rand: fill: %w", err)
-	}
 	if err := adviseRandom(f); err != nil {
 		r.logf("fadvise random: %v", err)
 	}
-	r.drop(f)
+	return r.randomOn(fileTarget(f))
+}
+
+// randomOn: fill RandSize bytes of t, then RandOps 4 KiB reads at
+// distinct random pages, then RandOps 4 KiB writes and a sync, then
+// (RandQD > 0) the mixed reads and writes of randMixed.
+func (r *runner) randomOn(t target) error {
+	cfg := r.cfg
+	rng := rand.New(rand.NewPCG(cfg.Seed, 3))
+	pages := cfg.RandSize / PageSize
+	p := newPattern(rng, 1<<20)
+	r.logf("rand: write %d MiB, then %d random 4 KiB reads and %d writes (at most %v each)",
+		pages*PageSize>>20, cfg.RandOps, cfg.RandOps, cfg.RandTime)
+	if err := r.writeSeq(t, p, pages*PageSize, 1<<20, "rand: fill"); err != nil {
+		return err
+	}
+	if err := t.dev.Sync(r.ctx); err != nil {
+		return fmt.Errorf("rand: fill: %s: %w", t.name, err)
+	}
+	r.drop(t)
 
 	// The time bound is checked every few operations.
 	expired := func(i int, start time.Time) bool {
@@ -178,12 +208,12 @@ func (r *runner) random(work string) error {
 			break
 		}
 		off := pg * PageSize
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return fmt.Errorf("rand_read_4k: %s at offset %d: %w", path, off, err)
+		if err := t.dev.ReadAt(r.ctx, buf, uint64(off)); err != nil {
+			return fmt.Errorf("rand_read_4k: %s at offset %d: %w", t.name, off, err)
 		}
 		p.fill(want, off)
 		if !bytes.Equal(buf, want) {
-			return fmt.Errorf("rand_read_4k: %s: the page at offset %d differs from what was written", path, off)
+			return fmt.Errorf("rand_read_4k: %s: the page at offset %d differs from what was written", t.name, off)
 		}
 		ops++
 	}
@@ -202,34 +232,28 @@ func (r *runner) random(work string) error {
 		}
 		off := pg * PageSize
 		p2.fill(buf, off)
-		if _, err := f.WriteAt(buf, off); err != nil {
-			return fmt.Errorf("rand_write_4k: %s at offset %d: %w", path, off, err)
+		if err := t.dev.WriteAt(r.ctx, buf, uint64(off)); err != nil {
+			return fmt.Errorf("rand_write_4k: %s at offset %d: %w", t.name, off, err)
 		}
 		ops++
 	}
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("rand_write_4k: %w", err)
+	if err := t.dev.Sync(r.ctx); err != nil {
+		return fmt.Errorf("rand_write_4k: %s: %w", t.name, err)
 	}
 	r.add("rand_write_4k", rate(float64(ops), time.Since(start)), "IOPS")
 
 	// Check (untimed) a sample of the pages written.
-	r.drop(f)
-	for _, pg := range written[:min(ops, 256)] {
-		off := pg * PageSize
-		if _, err := f.ReadAt(buf, off); err != nil {
-			return fmt.Errorf("rand_write_4k: check: %s at offset %d: %w", path, off, err)
-		}
-		if p2.fill(want, off); !bytes.Equal(buf, want) {
-			return fmt.Errorf("rand_write_4k: check: %s: the page at offset %d is not what was written", path, off)
-		}
+	r.drop(t)
+	if err := checkPages(r.ctx, t, p, written[:min(ops, 256)], func(int64) uint64 { return 1 }, "rand_write_4k: check"); err != nil {
+		return err
 	}
 	if cfg.RandQD == 0 {
 		return nil
 	}
-	return r.randMixed(f, p, written[:ops])
+	return r.randMixed(t, p, written[:ops])
 }
 
 // pickPages returns n page indexes below pages: distinct while n <= pages

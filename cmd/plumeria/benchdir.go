@@ -171,10 +171,7 @@ func printBenchDir(w io.Writer, dir, vs, floor []fsbench.Result) {
 		suffix, rsfx string
 	}{{vs, "_vs", "_ratio"}, {floor, "_floor", "_floor_ratio"}}
 	for i, a := range dir {
-		better := "ratio(higher=better)"
-		if fsbench.LowerIsBetter(a.Unit) {
-			better = "ratio(lower=better)"
-		}
+		better := ratioUnit(a.Unit)
 		fmt.Fprintln(w, a)
 		for _, o := range others {
 			if o.res == nil {
@@ -185,4 +182,13 @@ func printBenchDir(w io.Writer, dir, vs, floor []fsbench.Result) {
 			fmt.Fprintf(w, "%s%s %.3f %s\n", a.Name, o.rsfx, a.Value/b.Value, better)
 		}
 	}
+}
+
+// ratioUnit is the unit of a ratio of two values of a metric in unit:
+// which way is better.
+func ratioUnit(unit string) string {
+	if fsbench.LowerIsBetter(unit) {
+		return "ratio(lower=better)"
+	}
+	return "ratio(higher=better)"
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,6 +80,49 @@ func TestBenchDirFlags(t *testing.T) {
 	for _, m := range []string{"rand_mixed_qd16", "write_fsync_4k_latency", "write_fsync_4k_latency_p99", "--rand-qd"} {
 		if !strings.Contains(c.Long, m) {
 			t.Errorf("help does not name %s", m)
+		}
+	}
+}
+
+// TestPrintVdisk: per metric of a volume, its line under the prefix, then
+// its ratio to the local file's, with the unit's sense of better.
+func TestPrintVdisk(t *testing.T) {
+	local := []fsbench.Result{{Name: "seq_read", Value: 400, Unit: "MiB/s"}, {Name: "write_fsync_4k_latency", Value: 250, Unit: "us"}}
+	vol := []fsbench.Result{{Name: "seq_read", Value: 100, Unit: "MiB/s"}, {Name: "write_fsync_4k_latency", Value: 1000, Unit: "us"}}
+	var b bytes.Buffer
+	printVdisk(&b, "vdisk_r2_", vol, local)
+	want := "vdisk_r2_seq_read 100.0 MiB/s\nvdisk_r2_seq_read_ratio 0.250 ratio(higher=better)\n" +
+		"vdisk_r2_write_fsync_4k_latency 1000.0 us\nvdisk_r2_write_fsync_4k_latency_ratio 4.000 ratio(lower=better)\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
+
+// TestBenchVdiskFlags: the random and fsync workloads have the flags of
+// `bench DIR`, with the library's defaults; the help names the metrics;
+// --replicas is checked before anything runs.
+func TestBenchVdiskFlags(t *testing.T) {
+	c := benchVdiskCmd()
+	def := fsbench.DefaultConfig()
+	for name, want := range map[string]string{"rand-ops": strconv.Itoa(def.RandOps), "rand-qd": strconv.Itoa(def.RandQD),
+		"fsync-ops": strconv.Itoa(def.FsyncOps), "rand-time": def.RandTime.String(), "size": "256MiB", "replicas": "[1,2,3]"} {
+		if f := c.Flags().Lookup(name); f == nil || f.DefValue != want {
+			t.Errorf("--%s: %v, want default %s", name, f, want)
+		}
+	}
+	for _, m := range []string{"seq_write_fsync", "seq_read", "rand_read_4k", "rand_write_4k", "rand_mixed_qd16",
+		"write_fsync_4k_latency", "_p99", "local_file_", "vdisk_rN_", "_ratio"} {
+		if !strings.Contains(c.Long, m) {
+			t.Errorf("help does not name %s", m)
+		}
+	}
+	for _, bad := range []string{"0", "1,9"} {
+		c := benchVdiskCmd()
+		c.SetArgs([]string{"--replicas", bad, "--dir", t.TempDir()})
+		c.SetOut(io.Discard)
+		c.SetErr(io.Discard)
+		if err := c.Execute(); err == nil || !strings.Contains(err.Error(), "--replicas") {
+			t.Errorf("--replicas %s: %v", bad, err)
 		}
 	}
 }
