@@ -32,9 +32,16 @@ func (s *Server) startBackfill(k bfKey) {
 }
 
 // stillNeeded reports whether this brick still leads k's PG and k's target
-// is still syncing.
+// is still syncing, in the serving map: the map the PG's writes are
+// forwarded under. A pass must run under a map in which the target is a
+// member, with the Since it reports (PGSynced): the coordinator accepts the
+// report only if the PG did not change since, so every write during the
+// pass went to the target. Under the newest map instead, a pass could
+// complete while writes still ran under an older serving map without the
+// target (found by the replication simulator: a member marked in sync
+// without writes made during its pass).
 func (s *Server) stillNeeded(k bfKey) (*clustermap.Map, bool) {
-	m := s.latest.Load()
+	m := s.serving.Load()
 	v := m.VolumeByID(k.Vol)
 	if v == nil || int(k.PG) >= len(v.PGs) {
 		return m, false

@@ -37,7 +37,8 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil)
+	lo, hi := repl.BlockRange(r.Offset, uint64(r.Length), limits.BlockBytes)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,6 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		gen = g
 	}
 	out := make([]byte, r.Length)
-	lo, hi := repl.BlockRange(r.Offset, uint64(r.Length), limits.BlockBytes)
 	blocks, err := s.store.LatestRange(v.ID, lo, hi, gen)
 	if err != nil {
 		return nil, storeErr(err, "read")
@@ -167,7 +167,13 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	if r.Writer == nil {
 		return nil, status.Error(codes.InvalidArgument, "decommit without a writer id")
 	}
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	// The blocks the range touches, partly covered ones included; an end
+	// of 0 is 2^64.
+	lo, hi := r.Offset/limits.BlockBytes, ^uint64(0)
+	if end := r.Offset + r.Length; end != 0 {
+		hi = (end-1)/limits.BlockBytes + 1
+	}
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer, lo, hi)
 	if err != nil {
 		return nil, err
 	}

@@ -69,9 +69,10 @@ func writerOf(w *pb.Writer) *repl.Writer {
 // epoch, this brick leads it with a lease and a settled hand-off, the
 // writer is not fenced (w nil: a read), its in-sync replicas were
 // reconciled since this brick took the lead (reconcile.go); then it takes
-// the PG's lock (exclusive for changes, shared for reads) and checks the
-// PG is not waiting for a missed replica to be resynced (Core.Serve).
-func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer) (unlock func(), err error) {
+// the request's blocks [lo, hi) of the PG (exclusive for changes, shared
+// for reads: pglock.go) and checks the PG is not waiting for a missed
+// replica to be resynced (Core.Serve).
+func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer, lo, hi uint64) (unlock func(), err error) {
 	k := pgKey{Vol: v.ID, PG: pg}
 	req := repl.Request{PG: k, Epoch: epoch, Now: time.Now().UnixNano()}
 	if w != nil {
@@ -91,11 +92,7 @@ func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Vol
 			return nil, err
 		}
 	}
-	if w != nil {
-		unlock = s.lockPG(k)
-	} else {
-		unlock = s.rlockPG(k)
-	}
+	unlock = s.lockBlocks(k, lo, hi, w != nil)
 	s.pgMu.Lock()
 	err = s.core.Serve(m, k)
 	s.pgMu.Unlock()
@@ -138,7 +135,8 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer)
+	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer, lo, hi)
 	if err != nil {
 		return nil, err
 	}
@@ -148,7 +146,6 @@ func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteRespon
 	}
 	var ops []store.Op
 	var stale uint32
-	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
 	for b := lo; b < hi; b++ {
 		// Inclusive ends: the last block of the space ends at 2^64-1.
 		bStart := b * limits.BlockBytes

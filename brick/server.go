@@ -77,7 +77,7 @@ type Server struct {
 	pgMu           sync.Mutex
 	core           *repl.Core
 	seqs           *seqFile                                               // the seq reservation on disk
-	pgLock         map[pgKey]*sync.RWMutex                                // per-PG order: writes exclusive, reads shared
+	pgLock         map[pgKey]*pgLock                                      // per-PG order (pglock.go)
 	reporting      map[pgKey]bool                                         // a fault report runs for the PG
 	replicaFailed  func(ctx context.Context, k pgKey, brick string) error // reports to the coordinator (tests replace it)
 	reconciling    bool                                                   // reconcileLoop runs
@@ -119,7 +119,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*sync.RWMutex{}, reporting: map[pgKey]bool{},
+		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
 		served: make(chan struct{}), kick: make(chan struct{}, 1), coreKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
@@ -339,31 +339,29 @@ func (s *Server) nextSeq(epoch uint64) (uint64, error) {
 	return seq, nil
 }
 
-func (s *Server) pgRW(k pgKey) *sync.RWMutex {
+func (s *Server) pgLockOf(k pgKey) *pgLock {
 	s.pgMu.Lock()
 	defer s.pgMu.Unlock()
 	l := s.pgLock[k]
 	if l == nil {
-		l = &sync.RWMutex{}
+		l = newPGLock()
 		s.pgLock[k] = l
 	}
 	return l
 }
 
-// lockPG takes the PG's lock exclusively (writes, decommits, replication,
-// backfill batches, inventories, orphan removal).
+// lockPG takes the whole PG exclusively (backfill batches, inventories,
+// reconciliation, orphan removal): it waits for every request on the PG.
 func (s *Server) lockPG(k pgKey) func() {
-	l := s.pgRW(k)
-	l.Lock()
-	return l.Unlock
+	l := s.pgLockOf(k)
+	l.rw.Lock()
+	return l.rw.Unlock
 }
 
-// rlockPG takes the PG's lock shared (reads): a read never sees a write
-// that is not yet on every replica.
-func (s *Server) rlockPG(k pgKey) func() {
-	l := s.pgRW(k)
-	l.RLock()
-	return l.RUnlock
+// lockBlocks takes blocks [lo, hi) of the PG: exclusive for changes,
+// shared for reads (see pgLock).
+func (s *Server) lockBlocks(k pgKey, lo, hi uint64, excl bool) func() {
+	return s.pgLockOf(k).lockRange(lo, hi, excl)
 }
 
 var errStopped = errors.New("brick: stopping")

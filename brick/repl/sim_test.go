@@ -58,7 +58,7 @@ type simOpts struct {
 }
 
 func defaultSimOpts() simOpts {
-	return simOpts{Bricks: 4, Replicas: 3, PGs: 2, Keys: 6, Clients: 3, Duration: 40000 * ms, Calm: 30000 * ms, Loss: 0.02, Faults: true}
+	return simOpts{Bricks: 4, Replicas: 3, PGs: 2, Keys: 8, Clients: 5, Duration: 40000 * ms, Calm: 30000 * ms, Loss: 0.02, Faults: true}
 }
 
 type simEvent struct {
@@ -207,15 +207,33 @@ func (c *simCoord) tick() {
 
 type simEntry struct{ seq, val uint64 }
 
+// simLock is a brick's pgLock (brick/pglock.go) for one PG: whole-PG work
+// takes it exclusively (key wholePG); requests take one key, exclusive
+// for changes and shared for reads, with the PG shared. Entries are
+// granted in ticket order among conflicting ones.
 type simLock struct {
-	excl   bool
-	shared int
-	wait   []simWaiter
+	ticket  int64
+	entries []simLockEntry
 }
 
-type simWaiter struct {
-	excl bool
-	fn   func()
+type simLockEntry struct {
+	ticket  int64
+	key     int64
+	excl    bool
+	granted bool
+	fn      func()
+}
+
+const (
+	wholePG = -1 // the whole PG, exclusive
+	noKey   = -2 // the PG shared, no key (a reconciliation check)
+)
+
+func (a simLockEntry) conflicts(b simLockEntry) bool {
+	if a.key == wholePG || b.key == wholePG {
+		return true
+	}
+	return a.key == b.key && (a.excl || b.excl)
 }
 
 type simBrick struct {
@@ -366,45 +384,57 @@ func (b *simBrick) lockOf(k PGKey) *simLock {
 	return l
 }
 
-func (l *simLock) grantable(excl bool) bool {
-	return !l.excl && (!excl || l.shared == 0)
-}
-
-func (b *simBrick) lock(k PGKey, excl bool, fn func()) {
+// lock runs fn once the PG (key wholePG) or one of its keys is granted.
+func (b *simBrick) lock(k PGKey, key int64, excl bool, fn func()) {
 	l := b.lockOf(k)
-	if len(l.wait) == 0 && l.grantable(excl) {
-		l.take(excl)
+	l.ticket++
+	e := simLockEntry{ticket: l.ticket, key: key, excl: excl || key == wholePG, fn: b.guard(fn)}
+	l.entries = append(l.entries, e)
+	if l.grantable(len(l.entries) - 1) {
+		l.entries[len(l.entries)-1].granted = true
 		fn()
-		return
-	}
-	l.wait = append(l.wait, simWaiter{excl, b.guard(fn)})
-}
-
-func (l *simLock) take(excl bool) {
-	if excl {
-		l.excl = true
-	} else {
-		l.shared++
 	}
 }
 
-func (b *simBrick) unlock(k PGKey, excl bool) {
+func (l *simLock) grantable(i int) bool {
+	for _, o := range l.entries[:i] {
+		if o.conflicts(l.entries[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// unlock releases a granted entry of key (and mode) and grants the
+// waiters it held back.
+func (b *simBrick) unlock(k PGKey, key int64, excl bool) {
 	l := b.lockOf(k)
-	if excl {
-		l.excl = false
-	} else {
-		l.shared--
+	excl = excl || key == wholePG
+	for i, e := range l.entries {
+		if e.granted && e.key == key && e.excl == excl {
+			l.entries = append(l.entries[:i], l.entries[i+1:]...)
+			break
+		}
 	}
-	for len(l.wait) > 0 && l.grantable(l.wait[0].excl) {
-		wt := l.wait[0]
-		l.wait = l.wait[1:]
-		l.take(wt.excl)
-		b.w.at(0, wt.fn)
+	for i := range l.entries {
+		if !l.entries[i].granted && l.grantable(i) {
+			l.entries[i].granted = true
+			b.w.at(0, l.entries[i].fn)
+		}
 	}
 }
 
-// pgOfKey is the PG of a key: the volume and its PGs never change in the
-// model, so it is computed once per key.
+// inFlight lists the keys of PG k that changes hold here.
+func (b *simBrick) inFlight(k PGKey) map[uint64]bool {
+	out := map[uint64]bool{}
+	for _, e := range b.lockOf(k).entries {
+		if e.granted && e.excl && e.key >= 0 {
+			out[uint64(e.key)] = true
+		}
+	}
+	return out
+}
+
 func pgOfKey(m *clustermap.Map, key uint64) PGKey {
 	v := &m.Volumes[0]
 	if key < uint64(len(simKeyPGs)) && simKeyPGs[key].ok && simKeyPGs[key].n == len(v.PGs) {
@@ -480,16 +510,16 @@ type simResult struct {
 
 // admit is Server.admit: the core's checks, a reconciliation if the lead
 // is new, the PG's lock, Core.Serve; then fn with the lock held.
-func (b *simBrick) admit(m *clustermap.Map, k PGKey, r Request, excl bool, fn func(), fail func(error)) {
+func (b *simBrick) admit(m *clustermap.Map, k PGKey, r Request, key int64, excl bool, fn func(), fail func(error)) {
 	need, err := b.core.Admit(m, r)
 	if err != nil {
 		fail(err)
 		return
 	}
 	then := func() {
-		b.lock(k, excl, func() {
+		b.lock(k, key, excl, func() {
 			if err := b.core.Serve(m, k); err != nil {
-				b.unlock(k, excl)
+				b.unlock(k, key, excl)
 				b.drain()
 				fail(err)
 				return
@@ -510,10 +540,10 @@ func (b *simBrick) clientWrite(c string, epoch, key, val uint64, reply func(simR
 	b.begin(epoch, key, func(m *clustermap.Map) {
 		k := pgOfKey(m, key)
 		failDone := func(err error) { b.done(); fail(err) }
-		b.admit(m, k, Request{PG: k, Epoch: epoch, Writer: &Writer{ID: c, Epoch: 1}, Now: b.w.now}, true, func() {
+		b.admit(m, k, Request{PG: k, Epoch: epoch, Writer: &Writer{ID: c, Epoch: 1}, Now: b.w.now}, int64(key), true, func() {
 			seq, reserve, err := b.core.NextSeq(m.Epoch)
 			if err != nil {
-				b.unlock(k, true)
+				b.unlock(k, int64(key), true)
 				failDone(err)
 				return
 			}
@@ -524,7 +554,7 @@ func (b *simBrick) clientWrite(c string, epoch, key, val uint64, reply func(simR
 			p := m.Volumes[0].PGs[k.PG]
 			b.w.logf("%s: write key %d seq %x val %d to %v", b.name, key, seq, val, p.Bricks)
 			b.replicate(m, k, p, key, simEntry{seq, val}, func(out Outcome, err error) {
-				b.unlock(k, true)
+				b.unlock(k, int64(key), true)
 				b.drain()
 				b.done()
 				if err == nil && !out.OK {
@@ -597,8 +627,8 @@ func (b *simBrick) applyReplicate(epoch uint64, k PGKey, primary string, key uin
 		reply(err)
 		return
 	}
-	b.lock(k, true, func() {
-		defer b.unlock(k, true)
+	b.lock(k, int64(key), true, func() {
+		defer b.unlock(k, int64(key), true)
 		if err := b.core.CheckMember(k.Vol, k.PG, primary, epoch); err != nil {
 			reply(err)
 			return
@@ -621,9 +651,9 @@ func (b *simBrick) clientRead(epoch, key uint64, reply func(simResult)) {
 	fail := func(err error) { reply(simResult{err: err}) }
 	b.begin(epoch, key, func(m *clustermap.Map) {
 		k := pgOfKey(m, key)
-		b.admit(m, k, Request{PG: k, Epoch: epoch, Now: b.w.now}, false, func() {
+		b.admit(m, k, Request{PG: k, Epoch: epoch, Now: b.w.now}, int64(key), false, func() {
 			e := b.store[key]
-			b.unlock(k, false)
+			b.unlock(k, int64(key), false)
 			b.done()
 			reply(simResult{seq: e.seq, val: e.val})
 		}, func(err error) { b.done(); fail(err) })
@@ -633,10 +663,10 @@ func (b *simBrick) clientRead(epoch, key uint64, reply func(simResult)) {
 // ensureReconciled is Server.ensureReconciled: under the PG's lock, make
 // every other in-sync member hold what this brick holds.
 func (b *simBrick) ensureReconciled(m *clustermap.Map, k PGKey, then func(), fail func(error)) {
-	b.lock(k, true, func() {
+	b.lock(k, wholePG, true, func() {
 		lead, need := b.core.NeedsReconcile(k)
 		if !need {
-			b.unlock(k, true)
+			b.unlock(k, wholePG, true)
 			then()
 			return
 		}
@@ -654,7 +684,7 @@ func (b *simBrick) ensureReconciled(m *clustermap.Map, k PGKey, then func(), fai
 			if i == len(members) {
 				b.core.Reconciled(k, lead, p.Since, missed)
 				b.w.logf("%s: reconciled pg %d for lead %d, missed %v", b.name, k.PG, lead, missed)
-				b.unlock(k, true)
+				b.unlock(k, wholePG, true)
 				b.drain()
 				then()
 				return
@@ -720,9 +750,9 @@ func (b *simBrick) inventory(epoch uint64, k PGKey, reply func(map[uint64]simEnt
 		reply(nil, refuse(NoLease, "cannot fetch map"))
 		return
 	}
-	b.lock(k, true, func() {
+	b.lock(k, wholePG, true, func() {
 		out := b.entries(b.core.Latest(), k)
-		b.unlock(k, true)
+		b.unlock(k, wholePG, true)
 		reply(out, nil)
 	})
 }
@@ -736,8 +766,8 @@ func (b *simBrick) applyBackfill(epoch uint64, k PGKey, primary string, ops []si
 		reply(err)
 		return
 	}
-	b.lock(k, true, func() {
-		defer b.unlock(k, true)
+	b.lock(k, wholePG, true, func() {
+		defer b.unlock(k, wholePG, true)
 		if err := b.core.CheckMember(k.Vol, k.PG, primary, epoch); err != nil {
 			reply(err)
 			return
@@ -782,8 +812,8 @@ func (b *simBrick) reconcileAll() {
 			return
 		}
 		b.begin(m.Epoch, 0, func(sm *clustermap.Map) {
-			b.admit(sm, todo[i], Request{PG: todo[i], Epoch: sm.Epoch, Now: b.w.now}, false, func() {
-				b.unlock(todo[i], false)
+			b.admit(sm, todo[i], Request{PG: todo[i], Epoch: sm.Epoch, Now: b.w.now}, noKey, false, func() {
+				b.unlock(todo[i], noKey, false)
 				b.done()
 				next(i + 1)
 			}, func(error) { b.done(); next(i + 1) })
@@ -799,7 +829,7 @@ func (b *simBrick) backfill(f Backfill) {
 		w.at(1000*ms, b.guard(func() { b.backfill(f) }))
 	}
 	needed := func() (*clustermap.Map, bool) {
-		m := b.core.Latest()
+		m := b.core.Serving()
 		p := m.Volumes[0].PGs[f.PG.PG]
 		return m, p.Primary() == b.name && slices.Contains(p.Syncing, f.Target)
 	}
@@ -809,16 +839,16 @@ func (b *simBrick) backfill(f Backfill) {
 		return
 	}
 	since := m.Volumes[0].PGs[f.PG.PG].Since
-	b.lock(f.PG, true, func() {
+	b.lock(f.PG, wholePG, true, func() {
 		m, ok := needed()
 		if !ok {
-			b.unlock(f.PG, true)
+			b.unlock(f.PG, wholePG, true)
 			delete(b.backfills, f)
 			return
 		}
 		horizon := b.core.Horizon(f.PG)
 		b.push(m, f.PG, f.Target, horizon, func(err error) {
-			b.unlock(f.PG, true)
+			b.unlock(f.PG, wholePG, true)
 			if err != nil {
 				retry()
 				return
@@ -990,12 +1020,15 @@ func (k *simCheck) read(key, seq uint64, start, end int64) {
 
 // serving: brick b serves a request of PG k under map m.
 func (k *simCheck) serving(b *simBrick, m *clustermap.Map, pg PGKey) {
+	busy := b.inFlight(pg)
 	mine := b.entries(m, pg)
+	maps.DeleteFunc(mine, func(key uint64, _ simEntry) bool { return busy[key] })
 	for _, t := range m.Volumes[0].PGs[pg.PG].InSync() {
 		if t == b.name {
 			continue
 		}
 		theirs := k.w.brick(t).entries(m, pg)
+		maps.DeleteFunc(theirs, func(key uint64, _ simEntry) bool { return busy[key] })
 		if !maps.Equal(mine, theirs) {
 			k.w.fail("primary %s serves pg %d at epoch %d while in-sync member %s differs: %v vs %v", b.name, pg.PG, m.Epoch, t, mine, theirs)
 		}
