@@ -39,8 +39,10 @@ type dataWriter struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	seq  uint64 // last write issued
-	// inflight holds the writes under way by sequence number.
+	// inflight holds the writes under way by sequence number; byIno the
+	// same by inode (overlap checks look at one file's writes only).
 	inflight map[uint64]dataWrite
+	byIno    map[uint64]map[uint64]dataWrite
 	pending  map[uint64]*pendingRun // by inode: gathered small writes, not started
 	bytes    int                    // bytes accepted and not yet written (gathered or under way)
 	errs     map[uint64]error       // by inode: first failure not yet reported by fsync
@@ -64,6 +66,7 @@ func (d *dataWriter) init(fs *FS) {
 	d.fs = fs
 	d.cond = sync.NewCond(&d.mu)
 	d.inflight = map[uint64]dataWrite{}
+	d.byIno = map[uint64]map[uint64]dataWrite{}
 	d.pending = map[uint64]*pendingRun{}
 	d.errs = map[uint64]error{}
 }
@@ -139,6 +142,10 @@ func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, of
 	d.seq++
 	seq := d.seq
 	d.inflight[seq] = w
+	if d.byIno[ino] == nil {
+		d.byIno[ino] = map[uint64]dataWrite{}
+	}
+	d.byIno[ino][seq] = w
 	go func() {
 		d.mu.Lock()
 		for d.overlapsBeforeLocked(w, seq) {
@@ -152,6 +159,9 @@ func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, of
 		}
 		d.mu.Lock()
 		delete(d.inflight, seq)
+		if delete(d.byIno[ino], seq); len(d.byIno[ino]) == 0 {
+			delete(d.byIno, ino)
+		}
 		d.bytes -= len(buf)
 		d.fs.stats.dataInflight.Sub(float64(len(buf)))
 		if err != nil && d.errs[ino] == nil {
@@ -212,8 +222,8 @@ func (d *dataWriter) takeErr(ino uint64) error {
 // overlapsBeforeLocked reports whether a write registered before seq
 // overlaps w and is still under way.
 func (d *dataWriter) overlapsBeforeLocked(w dataWrite, seq uint64) bool {
-	for s, o := range d.inflight {
-		if s < seq && o.ino == w.ino && o.off < w.end && w.off < o.end {
+	for s, o := range d.byIno[w.ino] {
+		if s < seq && o.off < w.end && w.off < o.end {
 			return true
 		}
 	}
@@ -222,17 +232,28 @@ func (d *dataWriter) overlapsBeforeLocked(w dataWrite, seq uint64) bool {
 
 // settle waits until no write of ino is under way.
 func (d *dataWriter) settle(ino uint64) {
+	d.settleRange(ino, 0, ^uint64(0))
+}
+
+// settleRange waits until no write of ino to bytes [off, end) of its
+// extent is under way (a read of those bytes then sees every write that
+// returned before it). The caller holds ino's lock, so no new write of ino
+// starts meanwhile.
+func (d *dataWriter) settleRange(ino, off, end uint64) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.startPendingLocked(ino)
-	for d.busyLocked(ino) {
+	if r := d.pending[ino]; r != nil && r.off < end && off < r.off+uint64(len(r.buf)) {
+		d.startPendingLocked(ino)
+	}
+	for d.busyLocked(dataWrite{ino: ino, off: off, end: end}) {
 		d.cond.Wait()
 	}
 }
 
-func (d *dataWriter) busyLocked(ino uint64) bool {
-	for _, o := range d.inflight {
-		if o.ino == ino {
+// busyLocked reports whether a write of w.ino overlapping w is under way.
+func (d *dataWriter) busyLocked(w dataWrite) bool {
+	for _, o := range d.byIno[w.ino] {
+		if o.off < w.end && w.off < o.end {
 			return true
 		}
 	}
@@ -245,7 +266,7 @@ func (d *dataWriter) sync(ino uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.startPendingLocked(ino)
-	for d.busyLocked(ino) {
+	for len(d.byIno[ino]) > 0 {
 		d.cond.Wait()
 	}
 	err := d.errs[ino]

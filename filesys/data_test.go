@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -83,5 +84,92 @@ func TestDataCoalesced(t *testing.T) {
 	defer fs2.Close(ctx)
 	if n, err := fs2.Read(ctx, a.Ino, a.Gen, got, 0); err != nil || !bytes.Equal(got[:n], want) {
 		t.Fatalf("after a remount: read %d bytes, %v: content differs", n, err)
+	}
+}
+
+// gatedDev holds file data writes that start in [lo, hi) until open is
+// closed.
+type gatedDev struct {
+	*memDevice
+	lo, hi uint64
+	open   chan struct{}
+}
+
+func (d gatedDev) WriteData(ctx context.Context, p []byte, off uint64) error {
+	if off >= d.lo && off < d.hi {
+		<-d.open
+	}
+	return d.memDevice.WriteData(ctx, p, off)
+}
+
+// TestReadWaitsOnlyForOverlappingWrites: a read of pages no write under
+// way touches does not wait for the file's other writes (random reads and
+// writes of one file used to wait for each other), while a read of a page
+// a write is still writing waits for it and returns its bytes.
+func TestReadWaitsOnlyForOverlappingWrites(t *testing.T) {
+	ctx := context.Background()
+	mem := formatted(t)
+	fs0, err := Open(ctx, Config{Dev: mem, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs0.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.Repeat([]byte{1}, 1<<20)
+	if _, err := fs0.Write(ctx, a.Ino, a.Gen, old, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs0.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := layout.ExtentAddr(a.Ino)
+	dev := gatedDev{memDevice: mem, lo: base, hi: base + pageBytes, open: make(chan struct{})}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A write of the first page, held at the device.
+	if _, err := fs.Write(ctx, a.Ino, a.Gen, bytes.Repeat([]byte{2}, 4096), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	fs.data.mu.Lock()
+	fs.data.startAllLocked()
+	fs.data.mu.Unlock()
+	far := make([]byte, 4096)
+	done := make(chan error, 1)
+	go func() {
+		_, err := fs.Read(ctx, a.Ino, a.Gen, far, 10*pageBytes)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil || !bytes.Equal(far, old[:4096]) {
+			t.Fatalf("far read: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a read of another page waited for a write under way")
+	}
+	near := make([]byte, 4096)
+	go func() {
+		_, err := fs.Read(ctx, a.Ino, a.Gen, near, 4096*2)
+		done <- err
+	}()
+	select {
+	case <-done:
+		t.Fatal("a read of the page a write is writing did not wait for it")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(dev.open)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4096)
+	if _, err := fs.Read(ctx, a.Ino, a.Gen, got, 0); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{2}, 4096)) {
+		t.Fatalf("read of the written page: %v", err)
+	}
+	if err := fs.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

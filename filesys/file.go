@@ -83,7 +83,10 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) e
 		for end := uint64(n); end < uint64(len(p)) && !fs.pages.has(ino, idx+uint64(pages)); end += pageBytes {
 			pages++
 		}
-		fs.data.settle(ino) // this node's writes still under way
+		// This node's writes to these pages still under way; writes to
+		// other pages of the file need not be waited for (the caller
+		// holds the inode's lock: none starts meanwhile).
+		fs.data.settleRange(ino, idx*pageBytes, (idx+uint64(pages))*pageBytes)
 		buf := make([]byte, pages*pageBytes)
 		addr := layout.ExtentAddr(ino) + idx*pageBytes
 		if err := fs.cfg.Dev.ReadAt(ctx, buf, addr); err != nil {
