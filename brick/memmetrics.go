@@ -7,16 +7,25 @@ import (
 )
 
 // brickMemory reports the index memory of every brick running in this
-// process (a `plumeria up` runs three), one series per brick and kind.
+// process (a `plumeria up` runs three), one series per brick and kind, and
+// each store's group commits (count, batches, time).
 type brickMemory struct {
-	mu      sync.Mutex
-	servers map[*Server]bool
-	desc    *prometheus.Desc
+	mu                          sync.Mutex
+	servers                     map[*Server]bool
+	desc                        *prometheus.Desc
+	commits, batches, commitSec *prometheus.Desc
 }
 
 var memory = &brickMemory{servers: map[*Server]bool{}, desc: prometheus.NewDesc("plumeria_brick_index_memory_bytes",
 	"Memory of a brick store's index: kind cache (pebble's block cache, at most 64 MiB per brick) or memtables.",
-	[]string{"brick", "kind"}, nil)}
+	[]string{"brick", "kind"}, nil),
+	commits: prometheus.NewDesc("plumeria_brick_store_commits_total",
+		"Group commits of a brick's store (one segment write and fsync each).", []string{"brick"}, nil),
+	batches: prometheus.NewDesc("plumeria_brick_store_batches_total",
+		"Batches (a request's changes) a brick's store committed: batches/commits is its batching factor.", []string{"brick"}, nil),
+	commitSec: prometheus.NewDesc("plumeria_brick_store_commit_seconds_total",
+		"Time a brick's store spent writing and fsyncing group commits.", []string{"brick"}, nil),
+}
 
 func init() { prometheus.MustRegister(memory) }
 
@@ -32,7 +41,12 @@ func (c *brickMemory) remove(s *Server) {
 	c.mu.Unlock()
 }
 
-func (c *brickMemory) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *brickMemory) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.desc
+	ch <- c.commits
+	ch <- c.batches
+	ch <- c.commitSec
+}
 
 func (c *brickMemory) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
@@ -46,5 +60,9 @@ func (c *brickMemory) Collect(ch chan<- prometheus.Metric) {
 		cache, mem := s.store.IndexMemory()
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(cache), s.cfg.Name, "cache")
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(mem), s.cfg.Name, "memtables")
+		st := s.store.Stats()
+		ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits), s.cfg.Name)
+		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.CounterValue, float64(st.Batches), s.cfg.Name)
+		ch <- prometheus.MustNewConstMetric(c.commitSec, prometheus.CounterValue, st.CommitTime.Seconds(), s.cfg.Name)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -249,10 +250,12 @@ func (s *Store) flushRun(run []*request, n int64) {
 // are unknown (the page cache may have dropped them), and only a reopen,
 // which re-reads the disk, can tell what survived.
 func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
+	start := time.Now()
 	_, err := seg.f.WriteAt(buf, off)
 	if err == nil {
 		err = seg.f.Sync()
 	}
+	s.stats.commitNanos.Add(int64(time.Since(start)))
 	if err == nil {
 		s.stats.commits.Add(1)
 		return nil

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -141,6 +142,7 @@ type Store struct {
 	}
 	stats struct {
 		commits, batches, corruptReads, cleanedBytes atomic.Int64
+		commitNanos                                  atomic.Int64
 	}
 }
 
@@ -149,7 +151,8 @@ type Stats struct {
 	UsedBytes, LiveBytes, CapacityBytes int64 // segment bytes on disk, bytes of live records, capacity
 	Segments                            int
 	Entries                             int64
-	Commits, Batches                    int64 // fsyncs performed, Apply batches committed (Batches/Commits = batching factor)
+	Commits, Batches                    int64         // fsyncs performed, Apply batches committed (Batches/Commits = batching factor)
+	CommitTime                          time.Duration // spent writing and fsyncing group commits
 	CorruptReads                        int64
 	CleanedBytes                        int64
 }
@@ -174,6 +177,7 @@ func (s *Store) Stats() Stats {
 		CapacityBytes: s.capacity,
 		Commits:       s.stats.commits.Load(),
 		Batches:       s.stats.batches.Load(),
+		CommitTime:    time.Duration(s.stats.commitNanos.Load()),
 		CorruptReads:  s.stats.corruptReads.Load(),
 		CleanedBytes:  s.stats.cleanedBytes.Load(),
 	}
