@@ -85,6 +85,7 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, append(reqid.DialOptions(),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
+		grpc.WithInitialWindowSize(limits.RPCStreamWindowBytes), grpc.WithInitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: time.Second, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectDelayMax},
 			MinConnectTimeout: ConnectTimeout,

@@ -71,7 +71,8 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Advertise = mux.Addr().String()
 	}
 	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
-	n.gs = grpc.NewServer(append(reqid.ServerOptions(cfg.Logger), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))...)
+	n.gs = grpc.NewServer(append(reqid.ServerOptions(cfg.Logger), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
+		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes))...)
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),

@@ -28,6 +28,15 @@ const (
 
 	// RPCMessageBytesMax bounds any gRPC message (a chunk write plus headers).
 	RPCMessageBytesMax = ChunkBytesMax + (1 << 20)
+	// RPCStreamWindowBytes and RPCConnWindowBytes are the HTTP/2 flow-control
+	// windows of every gRPC connection, per stream and per connection,
+	// fixed (gRPC's default starts at 64 KiB and grows by probing the
+	// bandwidth-delay product): hundreds of small writes in flight to one
+	// brick, or a few 1 MiB chunks, stalled on the 64 KiB windows between
+	// the client's call and the brick's handler. They bound what a peer may
+	// send before it is read, per connection.
+	RPCStreamWindowBytes = 4 << 20
+	RPCConnWindowBytes   = 16 << 20
 
 	// VolumeNameBytesMax bounds volume, snapshot, brick and member names.
 	NameBytesMax = 128
