@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/plumeria-fs/plumeria/bench/fsbench"
 	"github.com/plumeria-fs/plumeria/coordclient"
@@ -58,10 +59,7 @@ func benchVdiskCmd() *cobra.Command {
 	f.StringVar(&size, "size", "256MiB", "bytes written (then synced) and read back sequentially")
 	f.StringVar(&io, "io", "1MiB", "bytes per sequential request")
 	f.StringVar(&randSize, "rand-size", "256MiB", "bytes of the range of the random 4 KiB reads and writes")
-	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes, then as many mixed reads and writes (0: none of them)")
-	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read, write and mixed phases (0: none)")
-	f.IntVar(&cfg.RandQD, "rand-qd", def.RandQD, fmt.Sprintf("random 4 KiB reads and writes (70/30) in flight at once in rand_mixed_qdN, at most %d (0: skip)", fsbench.RandQDMax))
-	f.IntVar(&cfg.FsyncOps, "fsync-ops", def.FsyncOps, "4 KiB writes each followed by a sync and timed with it, in write_fsync_4k_latency (0: skip)")
+	randFlags(f, &cfg, def, "sync")
 	f.IntSliceVar(&replicas, "replicas", []int{1, 2, 3}, fmt.Sprintf("replica counts, one volume each (1 to %d)", limits.ReplicasMax))
 	f.Uint64Var(&cfg.Seed, "seed", def.Seed, "seed of the offsets and data")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -193,4 +191,13 @@ func printVdisk(w io.Writer, prefix string, res, local []fsbench.Result) {
 		fmt.Fprintln(w, fsbench.Result{Name: prefix + r.Name, Value: r.Value, Unit: r.Unit})
 		fmt.Fprintf(w, "%s%s_ratio %.3f %s\n", prefix, r.Name, r.Value/l.Value, ratioUnit(r.Unit))
 	}
+}
+
+// randFlags defines the flags of the random and fsync workloads, shared by
+// bench DIR and bench vdisk (sync names what follows each timed write).
+func randFlags(f *pflag.FlagSet, cfg *fsbench.Config, def fsbench.Config, sync string) {
+	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes, then as many mixed reads and writes (0: none of them)")
+	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read, write and mixed phases (0: none)")
+	f.IntVar(&cfg.RandQD, "rand-qd", def.RandQD, fmt.Sprintf("random 4 KiB reads and writes (70/30) in flight at once in rand_mixed_qdN, at most %d (0: skip)", fsbench.RandQDMax))
+	f.IntVar(&cfg.FsyncOps, "fsync-ops", def.FsyncOps, "4 KiB writes each followed by "+sync+" and timed with it, in write_fsync_4k_latency (0: skip)")
 }

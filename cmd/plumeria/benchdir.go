@@ -53,10 +53,7 @@ func benchDir(c *cobra.Command) {
 	f.StringVar(&seqSize, "seq-size", "2GiB", "bytes written (then fsync) and read back sequentially")
 	f.StringVar(&seqIO, "seq-io", "1MiB", "bytes per sequential write and read")
 	f.StringVar(&randSize, "rand-size", "256MiB", "size of the file of the random 4 KiB reads and writes")
-	f.IntVar(&cfg.RandOps, "rand-ops", def.RandOps, "random 4 KiB reads, then as many writes, then as many mixed reads and writes (0: none of them)")
-	f.DurationVar(&cfg.RandTime, "rand-time", def.RandTime, "bound on each of the random read, write and mixed phases (0: none)")
-	f.IntVar(&cfg.RandQD, "rand-qd", def.RandQD, fmt.Sprintf("random 4 KiB reads and writes (70/30) in flight at once in rand_mixed_qdN, at most %d (0: skip)", fsbench.RandQDMax))
-	f.IntVar(&cfg.FsyncOps, "fsync-ops", def.FsyncOps, "4 KiB writes each followed by fsync and timed with it, in write_fsync_4k_latency (0: skip)")
+	randFlags(f, &cfg, def, "fsync")
 	f.IntVar(&cfg.TreeFiles, "tree-files", def.TreeFiles, "regular files in the extracted source tree")
 	f.Uint64Var(&cfg.Seed, "seed", def.Seed, "seed of the tree shape, offsets and data")
 	c.Args = cobra.ArbitraryArgs
