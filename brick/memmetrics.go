@@ -2,6 +2,7 @@ package brick
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -14,6 +15,7 @@ type brickMemory struct {
 	servers                     map[*Server]bool
 	desc                        *prometheus.Desc
 	commits, batches, commitSec *prometheus.Desc
+	requests                    *prometheus.Desc
 }
 
 var memory = &brickMemory{servers: map[*Server]bool{}, desc: prometheus.NewDesc("plumeria_brick_index_memory_bytes",
@@ -25,6 +27,28 @@ var memory = &brickMemory{servers: map[*Server]bool{}, desc: prometheus.NewDesc(
 		"Batches (a request's changes) a brick's store committed: batches/commits is its batching factor.", []string{"brick"}, nil),
 	commitSec: prometheus.NewDesc("plumeria_brick_store_commit_seconds_total",
 		"Time a brick's store spent writing and fsyncing group commits.", []string{"brick"}, nil),
+	requests: prometheus.NewDesc("plumeria_brick_requests_inflight",
+		"Requests a brick is serving, by kind: write (client writes and decommits), read, replicate (changes and backfill batches from primaries). Each holds its data; a client connection carries at most limits.RPCStreamsPerConnMax at once.",
+		[]string{"brick", "kind"}, nil),
+}
+
+// Kinds of requests counted in plumeria_brick_requests_inflight.
+const (
+	kindWrite = iota
+	kindRead
+	kindReplicate
+	kinds
+)
+
+var kindNames = [kinds]string{"write", "read", "replicate"}
+
+// inflight counts the requests a brick serves, by kind.
+type inflight [kinds]atomic.Int64
+
+// enter counts a request of kind k until the returned function runs.
+func (f *inflight) enter(k int) func() {
+	f[k].Add(1)
+	return func() { f[k].Add(-1) }
 }
 
 func init() { prometheus.MustRegister(memory) }
@@ -46,6 +70,7 @@ func (c *brickMemory) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.commits
 	ch <- c.batches
 	ch <- c.commitSec
+	ch <- c.requests
 }
 
 func (c *brickMemory) Collect(ch chan<- prometheus.Metric) {
@@ -64,5 +89,8 @@ func (c *brickMemory) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits), s.cfg.Name)
 		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.CounterValue, float64(st.Batches), s.cfg.Name)
 		ch <- prometheus.MustNewConstMetric(c.commitSec, prometheus.CounterValue, st.CommitTime.Seconds(), s.cfg.Name)
+		for k := range kinds {
+			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(s.inflight[k].Load()), s.cfg.Name, kindNames[k])
+		}
 	}
 }

@@ -148,6 +148,7 @@ func (s *Server) filterNewer(ops []store.Op, horizon uint64, backfill bool) ([]s
 
 // Replicate applies a primary's ops in the order the primary sent them.
 func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
+	defer s.inflight.enter(kindReplicate)()
 	m, err := s.beginPeer(ctx, r.MapEpoch)
 	if err != nil {
 		return nil, err
@@ -233,6 +234,7 @@ func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingSe
 // Backfill applies one batch of a primary's authoritative copies (see
 // repl.ShouldApply).
 func (s *Server) Backfill(ctx context.Context, r *pb.BackfillRequest) (*pb.BackfillResponse, error) {
+	defer s.inflight.enter(kindReplicate)()
 	n, err := s.applyBackfill(ctx, r)
 	if err != nil {
 		return nil, err

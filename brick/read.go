@@ -27,6 +27,7 @@ const replicateTimeout = 10 * time.Second
 // Read serves a range within one chunk from the primary's store, as of the
 // live volume or a named snapshot.
 func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse, error) {
+	defer s.inflight.enter(kindRead)()
 	start := time.Now()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
@@ -149,6 +150,7 @@ func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.F
 // blocks only the live generation uses are removed; blocks a snapshot still
 // sees are hidden by a tombstone. Partly covered blocks are zeroed.
 func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.DecommitResponse, error) {
+	defer s.inflight.enter(kindWrite)()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
 		return nil, err

@@ -119,6 +119,7 @@ func storeErr(err error, what string) error {
 // Write merges data into the blocks it covers, assigns seqs, and applies
 // the result here and on every other member of the PG before answering.
 func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteResponse, error) {
+	defer s.inflight.enter(kindWrite)()
 	if len(r.Data) == 0 {
 		return &pb.WriteResponse{}, nil
 	}

@@ -90,8 +90,9 @@ type Server struct {
 		sync.Mutex
 		running map[bfKey]bool
 	}
-	usage atomic.Pointer[[]*pb.PGUsage]
-	io    iostat.Counters // client reads and writes served, for heartbeats
+	usage    atomic.Pointer[[]*pb.PGUsage]
+	inflight inflight        // requests being served, by kind (memmetrics.go)
+	io       iostat.Counters // client reads and writes served, for heartbeats
 }
 
 type pgKey = repl.PGKey

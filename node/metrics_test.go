@@ -211,6 +211,7 @@ func testScrape(t *testing.T, tc *testCluster, coordHTTP string) {
 		"plumeria_brick_store_commits_total":        dto.MetricType_COUNTER,
 		"plumeria_brick_store_batches_total":        dto.MetricType_COUNTER,
 		"plumeria_brick_store_commit_seconds_total": dto.MetricType_COUNTER,
+		"plumeria_brick_requests_inflight":          dto.MetricType_GAUGE,
 	}
 	for _, url := range []string{"http://" + coordHTTP + "/metrics", "http://" + ms.Addr() + "/metrics"} {
 		fams := scrape(t, url)

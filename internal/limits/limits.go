@@ -37,6 +37,12 @@ const (
 	// send before it is read, per connection.
 	RPCStreamWindowBytes = 4 << 20
 	RPCConnWindowBytes   = 16 << 20
+	// RPCStreamsPerConnMax bounds the requests one client connection has
+	// in flight at a server (HTTP/2 MAX_CONCURRENT_STREAMS; the client
+	// queues the rest): with a brick's requests read whole before their
+	// handler runs, what one client makes a brick hold is at most this
+	// many requests (a chunk each, 1 MiB by default).
+	RPCStreamsPerConnMax = 256
 
 	// VolumeNameBytesMax bounds volume, snapshot, brick and member names.
 	NameBytesMax = 128
