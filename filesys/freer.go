@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
 
@@ -65,12 +67,14 @@ type orphanRef struct{ ino, gen uint64 }
 type freer struct {
 	mu     sync.Mutex
 	queue  []orphanRef
-	closed bool          // unmounting: add refuses
-	wake   chan struct{} // capacity 1
-	done   chan struct{} // closed when the loop ends
+	gauge  prometheus.Gauge // len(queue), for whoever watches
+	closed bool             // unmounting: add refuses
+	wake   chan struct{}    // capacity 1
+	done   chan struct{}    // closed when the loop ends
 }
 
-func (f *freer) init() {
+func (f *freer) init(gauge prometheus.Gauge) {
+	f.gauge = gauge
 	f.wake = make(chan struct{}, 1)
 	f.done = make(chan struct{})
 }
@@ -84,6 +88,7 @@ func (f *freer) add(ino, gen uint64) bool {
 		return false
 	}
 	f.queue = append(f.queue, orphanRef{ino, gen})
+	f.gauge.Inc()
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -98,6 +103,7 @@ func (f *freer) take() (batch []orphanRef, closed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	batch, f.queue = distinctBatch(f.queue)
+	f.gauge.Sub(float64(len(batch)))
 	return batch, f.closed
 }
 
@@ -212,6 +218,7 @@ func (fs *FS) freeOrphans(ctx context.Context) {
 	fs.mu.Unlock()
 	fs.freer.mu.Lock()
 	us = append(us, fs.freer.queue...)
+	fs.freer.gauge.Sub(float64(len(fs.freer.queue)))
 	fs.freer.queue = nil
 	fs.freer.mu.Unlock()
 	fs.unpinAllOpens()

@@ -223,7 +223,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		fs.pages.init(0, fs.stats)
 	}
 	fs.prefetch.init()
-	fs.freer.init()
+	fs.freer.init(fs.stats.orphansQueued)
 	fs.rlog, err = redo.Open(ctx, logDevice{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
