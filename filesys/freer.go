@@ -197,7 +197,9 @@ func (fs *FS) freeForgotten(ctx context.Context, us []orphanRef) {
 		case o.err == nil, errors.Is(o.err, errOpenHere):
 		case errors.Is(o.err, errOpenElsewhere):
 			fs.reapWhenClosed(u.ino, u.gen)
-		case o.batch && len(us) > 1 && fs.failed() == nil && ctx.Err() == nil:
+		case fs.failed() != nil || ctx.Err() != nil:
+			// Stopping: the entry stays for recovery or the next mount.
+		case o.batch && len(us) > 1:
 			fs.freeOrphan(ctx, u.ino, u.gen)
 		default:
 			fs.log.Warn("could not free an unlinked file after the kernel forgot it (fsck will)", "ino", u.ino, "err", o.err)
