@@ -50,12 +50,15 @@ import (
 
 // freeBatchMax bounds the orphans one transaction frees (its record stays
 // far below half the log: each orphan changes one inode block, one bit of
-// its group and one orphan-table entry); freerQueueMax bounds the queue;
+// its group and one orphan-table entry); freerQueueMax bounds the queue
+// (256 KiB: an rm -rf outruns the freer, whose decommits wait for the
+// bricks, and this holds some seconds of it, measured: 8,758 forgotten
+// files freed in ~15 s behind a 5 s rm -rf);
 // freeGather is how long the freer lets a batch gather after it wakes;
 // decommitsMax bounds the decommits of a batch in flight at once.
 const (
 	freeBatchMax  = 64
-	freerQueueMax = 4096
+	freerQueueMax = 16384
 	freeGather    = 2 * time.Millisecond
 	decommitsMax  = 16
 )
