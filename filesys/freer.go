@@ -16,9 +16,10 @@ import (
 // kernel when it is unlinked (the kernel looked it up to name it), so an
 // unlink only orphans it (remove.go) and the kernel's FORGET, which follows
 // at once, drops the last reference. Freeing each such file in a
-// transaction of its own, with a log sync and a decommit of its data each,
-// made deletes cost two transactions and made an untar right after an
-// rm -rf wait for thousands of log syncs. Unhold therefore hands the
+// transaction of its own, with a log sync, a decommit of its data and a
+// third transaction each, made deletes cost two or three transactions and
+// flooded the node with one goroutine per file during an rm -rf (enough,
+// measured, for it to lose its lock lease). Unhold therefore hands the
 // orphan to the freer: one goroutine that takes up to freeBatchMax of them
 // at a time and frees them together (freeOrphanBatch).
 //
