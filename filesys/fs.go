@@ -150,6 +150,7 @@ type FS struct {
 	}
 	flocks    *fileLocks
 	orph      orphanTable // this node's slot's orphan table (orphans.go)
+	freer     freer       // orphans the kernel forgot, freed in batches (freer.go)
 	janitorMu sync.Mutex  // one pass over recovered slots at a time
 	kick      chan struct{}
 	stop      chan struct{}
@@ -222,6 +223,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		fs.pages.init(0, fs.stats)
 	}
 	fs.prefetch.init()
+	fs.freer.init(fs.stats.orphansQueued)
 	fs.rlog, err = redo.Open(ctx, logDevice{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
@@ -232,8 +234,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		fs.Halt()
 		return nil, err
 	}
-	fs.flusher.Add(1)
+	fs.flusher.Add(2)
 	go fs.janitorLoop()
+	go fs.freerLoop()
 	return fs, nil
 }
 
@@ -259,6 +262,9 @@ func (fs *FS) logOptions(slot int) redo.Options {
 // Close writes everything back, leaves an empty log, frees the log slot
 // and stops. The caller then closes the clerk session (releasing locks).
 func (fs *FS) Close(ctx context.Context) error {
+	if fs.failed() == nil {
+		fs.drainFreer(ctx)
+	}
 	select {
 	case <-fs.stop:
 	default:

@@ -36,6 +36,8 @@ var (
 		Help: "Metadata blocks written in place, by reason: revoke (another node wants the lock) or flush (periodic, log pressure, unmount)."}
 	orphansFreedOpts = prometheus.CounterOpts{Name: "plumeria_fs_orphans_freed_total",
 		Help: "Unlinked files freed at their last close (or at unmount) instead of at unlink."}
+	orphansQueuedOpts = prometheus.GaugeOpts{Name: "plumeria_fs_orphans_queued",
+		Help: "Unlinked files the kernel forgot, queued to be freed in batches (freer.go)."}
 	orphansWaitingOpts = prometheus.GaugeOpts{Name: "plumeria_fs_orphans_open_elsewhere",
 		Help: "Unlinked files this node removed that another node still has open: freed when it closes them (iopen.go)."}
 	dataInflightOpts = prometheus.GaugeOpts{Name: "plumeria_fs_data_inflight_bytes",
@@ -78,7 +80,7 @@ type stats struct {
 	wbSeconds                     [2]prometheus.Observer
 	wbBlocks                      [2]prometheus.Counter
 	orphansFreed                  prometheus.Counter
-	orphansWaiting                prometheus.Gauge
+	orphansWaiting, orphansQueued prometheus.Gauge
 	dataInflight                  prometheus.Gauge
 	dataBytes, dataErrors         prometheus.Counter
 	recoveries, recoveryFailures  prometheus.Counter
@@ -108,6 +110,7 @@ func newStats(r prometheus.Registerer, volume string) *stats {
 		logBytes:       counter(logBytesOpts),
 		orphansFreed:   counter(orphansFreedOpts),
 		orphansWaiting: prom.Shared(r, prometheus.NewGaugeVec(orphansWaitingOpts, []string{"volume"})).WithLabelValues(volume),
+		orphansQueued:  prom.Shared(r, prometheus.NewGaugeVec(orphansQueuedOpts, []string{"volume"})).WithLabelValues(volume),
 		dataInflight:   prom.Shared(r, prometheus.NewGaugeVec(dataInflightOpts, []string{"volume"})).WithLabelValues(volume),
 		dataBytes:      counter(dataBytesOpts), dataErrors: counter(dataErrorsOpts),
 		recoveries: counter(recoveriesOpts), recoveryFailures: counter(recoveryFailuresOpts),

@@ -203,33 +203,45 @@ func (fs *FS) readOrphanTable(ctx context.Context, slot int) ([]layout.Orphan, e
 }
 
 // freeListed frees the orphans es of slot's table that are still orphans
-// (same generation, no link) and clears their entries; it returns those
-// it could not handle. No commit of this node may change slot's table
-// meanwhile: slot is a dead node's, or this node's own before it mounts.
+// (same generation, no link) and clears their entries, several per
+// transaction (freer.go); it returns those it could not handle. No commit
+// of this node may change slot's table meanwhile: slot is a dead node's,
+// or this node's own before it mounts.
 func (fs *FS) freeListed(ctx context.Context, slot int, es []layout.Orphan) (left []layout.Orphan, freed int) {
-	for _, e := range es {
-		ok, err := fs.freeListedOne(ctx, slot, e)
-		switch {
-		case errors.Is(err, errOpenElsewhere), errors.Is(err, errOpenHere):
-			fs.log.Debug("an orphan of a log slot's table is still open", "slot", slot, "ino", e.Ino, "err", err)
-		case err != nil:
-			fs.log.Warn("could not free an orphan of a log slot's table", "slot", slot, "ino", e.Ino, "err", err)
+	for len(es) > 0 {
+		// A batch holds distinct inodes: a table lists an inode once.
+		n, seen := 0, map[uint64]bool{}
+		for n < len(es) && n < freeBatchMax && !seen[es[n].Ino] {
+			seen[es[n].Ino] = true
+			n++
 		}
-		if err != nil {
-			left = append(left, e)
-			continue
+		batch := es[:n]
+		es = es[n:]
+		us := make([]orphanRef, len(batch))
+		for i, e := range batch {
+			us[i] = orphanRef{e.Ino, e.Gen}
 		}
-		if ok {
-			freed++
+		out := fs.freeOrphanBatch(ctx, us, []want{w(slotLock(slot))}, func(t *tx, i int) error {
+			return t.putOrphan(slot, batch[i].N, 0, 0)
+		})
+		for i, o := range out {
+			e := batch[i]
+			switch {
+			case errors.Is(o.err, errOpenElsewhere), errors.Is(o.err, errOpenHere):
+				fs.log.Debug("an orphan of a log slot's table is still open", "slot", slot, "ino", e.Ino, "err", o.err)
+			case o.err != nil:
+				fs.log.Warn("could not free an orphan of a log slot's table", "slot", slot, "ino", e.Ino, "err", o.err)
+			}
+			if o.err != nil {
+				left = append(left, e)
+				continue
+			}
+			if o.freed {
+				freed++
+			}
 		}
 	}
 	return left, freed
-}
-
-func (fs *FS) freeListedOne(ctx context.Context, slot int, e layout.Orphan) (bool, error) {
-	return fs.freeIfOrphan(ctx, e.Ino, e.Gen, []want{w(slotLock(slot))}, func(t *tx) error {
-		return t.putOrphan(slot, e.N, 0, 0)
-	})
 }
 
 // loadOwnTable reads this node's table when it mounts. Entries left there

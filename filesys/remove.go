@@ -174,15 +174,19 @@ func (fs *FS) Hold(ino uint64) {
 }
 
 // Release ends one Open; the last local reference of an unlinked file
-// frees it (or leaves it to a reaper while another node has it open).
+// frees it before Release returns (or leaves it to a reaper while another
+// node has it open).
 func (fs *FS) Release(ctx context.Context, ino uint64) {
 	fs.unpinOpen(ino)
-	fs.Unhold(ctx, ino)
+	fs.unhold(ctx, ino, false)
 }
 
-// Unhold ends one Hold; the last local reference of an unlinked file
-// frees it.
-func (fs *FS) Unhold(ctx context.Context, ino uint64) {
+// Unhold ends one Hold (the kernel forgot ino); the last local reference
+// of an unlinked file hands it to the freer (freer.go), which frees it
+// with others in one transaction soon after.
+func (fs *FS) Unhold(ctx context.Context, ino uint64) { fs.unhold(ctx, ino, true) }
+
+func (fs *FS) unhold(ctx context.Context, ino uint64, queue bool) {
 	fs.mu.Lock()
 	fs.mu.opens[ino]--
 	last := fs.mu.opens[ino] <= 0
@@ -193,91 +197,9 @@ func (fs *FS) Unhold(ctx context.Context, ino uint64) {
 		delete(fs.mu.orphans, ino)
 	}
 	fs.mu.Unlock()
-	if orphan {
+	if orphan && !(queue && fs.freer.add(ino, gen)) {
 		fs.freeOrphan(ctx, ino, gen)
 	}
-}
-
-// freeOrphans frees every unlinked file still held here (at unmount: the
-// kernel need not forget its inodes first).
-func (fs *FS) freeOrphans(ctx context.Context) {
-	fs.mu.Lock()
-	orphans := fs.mu.orphans
-	fs.mu.orphans = map[uint64]uint64{}
-	clear(fs.mu.opens)
-	fs.mu.Unlock()
-	fs.unpinAllOpens()
-	for ino, gen := range orphans {
-		fs.freeOrphan(ctx, ino, gen)
-	}
-}
-
-// freeOrphan frees ino if it is still the unlinked file of generation gen,
-// and clears its entry in this node's orphan table; while another node has
-// it open, a reaper does that later. A failure leaves the entry: the inode
-// is freed when this node's slot is next recovered or claimed (or by
-// fsck), so it is logged, not returned.
-func (fs *FS) freeOrphan(ctx context.Context, ino, gen uint64) {
-	_, err := fs.freeIfOrphan(ctx, ino, gen, nil, func(t *tx) error {
-		t.orphanDel(ino)
-		return nil
-	})
-	switch {
-	case err == nil, errors.Is(err, errOpenHere):
-	case errors.Is(err, errOpenElsewhere):
-		fs.reapWhenClosed(ino, gen)
-	default:
-		fs.log.Warn("could not free an unlinked file after its last close (fsck will)", "ino", ino, "err", err)
-	}
-}
-
-// freeIfOrphan frees ino if it still is the unlinked file of generation
-// gen and clears its orphan-table entry (clearEntry stages that), in one
-// transaction under ino's and its group's locks and the extra ones. It
-// reports whether it freed the inode. An orphan open here is
-// errOpenHere (its last local Release frees it), one another node may have
-// open errOpenElsewhere; both leave the entry.
-func (fs *FS) freeIfOrphan(ctx context.Context, ino, gen uint64, extra []want, clearEntry func(t *tx) error) (bool, error) {
-	h, err := fs.acquire(ctx, append([]want{r(barrierLock), w(inodeLock(ino)), w(rgLock(layout.RGOf(ino)))}, extra...)...)
-	if err != nil {
-		return false, err
-	}
-	t := fs.newTx(ctx)
-	in, err := t.inode(ino)
-	if errors.Is(err, ErrNotFound) {
-		err = nil // freed already: only the entry is left
-	}
-	var hwm uint64
-	free := err == nil && in != nil && in.Nlink == 0 && in.Gen == gen
-	if free {
-		switch {
-		case fs.heldHere(ino, gen):
-			err = errOpenHere
-		case fs.openElsewhere(ctx, h, ino):
-			err = errOpenElsewhere
-		}
-	}
-	if free && err == nil {
-		if isReg(in) {
-			hwm = in.HWM
-		}
-		err = fs.freeInode(t, ino, in)
-	}
-	if err == nil {
-		err = clearEntry(t)
-	}
-	if err == nil {
-		err = t.commit()
-	}
-	h.release()
-	if err != nil {
-		return false, err
-	}
-	if free {
-		fs.stats.orphansFreed.Inc()
-		fs.clearExtent(ctx, ino, hwm)
-	}
-	return free, nil
 }
 
 // Link makes name in parent a new link to ino.

@@ -286,8 +286,9 @@ func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
 	if vol == nil {
 		return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
 	}
-	errs := make(chan error, len(vol.PGs))
-	for pg := range vol.PGs {
+	pgs := decommitPGs(vol, off, n)
+	errs := make(chan error, len(pgs))
+	for _, pg := range pgs {
 		go func() {
 			errs <- v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error {
 				cl, err := v.brick(m, vol.PGs[pg].Primary())
@@ -301,13 +302,44 @@ func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
 		}()
 	}
 	var first error
-	for range vol.PGs {
+	for range pgs {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
 }
+
+// decommitPGs lists the placement groups holding chunks of [off, off+n)
+// (n > 0; off+n == 0 means up to 2^64): a PG holds only the chunks that
+// hash to it, and a volume keeps its PG count, so a decommit asks no other.
+// A range of more than decommitScanChunks chunks asks them all. (A deleted
+// small file's extent is one chunk: one request instead of one per PG.)
+func decommitPGs(vol *clustermap.Volume, off, n uint64) []int {
+	chunk := uint64(vol.ChunkBytes)
+	first, last := off/chunk, (off+n-1)/chunk
+	all := make([]int, len(vol.PGs))
+	for i := range all {
+		all[i] = i
+	}
+	if last-first >= decommitScanChunks {
+		return all
+	}
+	seen := make([]bool, len(vol.PGs))
+	var pgs []int
+	for c := first; ; c++ {
+		if pg := clustermap.PGOfChunk(vol.ID, c, len(vol.PGs)); !seen[pg] {
+			seen[pg] = true
+			pgs = append(pgs, int(pg))
+		}
+		if c == last {
+			return pgs
+		}
+	}
+}
+
+// decommitScanChunks bounds the chunks decommitPGs hashes.
+const decommitScanChunks = 256
 
 // Sync is a no-op kept for the BlockDevice interface: acknowledged writes
 // are already durable on every replica.
