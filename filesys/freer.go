@@ -134,15 +134,8 @@ func distinctBatch(refs []orphanRef) (batch, rest []orphanRef) {
 func (fs *FS) freerLoop() {
 	defer fs.flusher.Done()
 	defer close(fs.freer.done)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := fs.untilStop(context.Background())
 	defer cancel()
-	go func() {
-		select {
-		case <-fs.stop:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	for ctx.Err() == nil {
 		batch, closed := fs.freer.take()
 		if len(batch) == 0 {

@@ -395,3 +395,17 @@ func (fs *FS) Halt() {
 	}
 	fs.flusher.Wait()
 }
+
+// untilStop returns a context of parent that is also cancelled when the
+// file system stops; call cancel when done with it.
+func (fs *FS) untilStop(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		select {
+		case <-fs.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}

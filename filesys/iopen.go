@@ -139,15 +139,8 @@ func (fs *FS) reapWhenClosed(ino, gen uint64) {
 			fs.mu.Unlock()
 			fs.stats.orphansWaiting.Dec()
 		}()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := fs.untilStop(context.Background())
 		defer cancel()
-		go func() {
-			select {
-			case <-fs.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		for backoff := 100 * time.Millisecond; ctx.Err() == nil; {
 			// Wait for the open lock holding nothing else; then free
 			// under the usual locks, which take it again from the cache

@@ -282,20 +282,15 @@ func (fs *FS) janitorLoop() {
 	t := newTicker(janitorInterval)
 	defer t.Stop()
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		go func() {
-			select {
-			case <-fs.stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
+		tctx, tcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := fs.untilStop(tctx)
 		if fs.failed() == nil {
 			if err := fs.cleanRecovered(ctx); err != nil && ctx.Err() == nil {
 				fs.log.Warn("freeing the orphans of crashed nodes failed (retried later)", "err", err)
 			}
 		}
 		cancel()
+		tcancel()
 		select {
 		case <-fs.stop:
 			return
