@@ -253,7 +253,7 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 	start := time.Now()
 	_, err := seg.f.WriteAt(buf, off)
 	if err == nil {
-		err = seg.f.Sync()
+		err = seg.sync()
 	}
 	s.stats.commitNanos.Add(int64(time.Since(start)))
 	if err == nil {
@@ -269,7 +269,8 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 		s.setBroken(fmt.Errorf("truncate segment %d after %v: %w", seg.id, err, terr))
 		return s.brokenErr()
 	}
-	if serr := seg.f.Sync(); serr != nil {
+	seg.alloc = 0
+	if serr := seg.sync(); serr != nil {
 		s.setBroken(fmt.Errorf("sync segment %d after %v: %w", seg.id, err, serr))
 		return s.brokenErr()
 	}
@@ -303,6 +304,9 @@ func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
 
 // roll seals the head segment (its last run is fsync'd) and starts the next.
 func (s *Store) roll() error {
+	if err := s.seal(s.head); err != nil {
+		return err
+	}
 	seg, err := s.createSegment(s.head.id + 1)
 	if err != nil {
 		return err

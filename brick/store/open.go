@@ -215,7 +215,7 @@ func (s *Store) logScan(id uint64, from, size int64, res scanResult) {
 		"bad_data", res.badData, "mismatched_batches", res.mismatched, "dropped_records", res.dropped}
 	if res.gaps > 0 || res.badData > 0 || res.mismatched > 0 {
 		s.log.Error("segment damaged; blocks hit read as corrupt or older", attrs...)
-	} else if res.end != size || res.dropped > 0 {
+	} else if (res.end != size && !res.zeroTail) || res.dropped > 0 {
 		s.log.Warn("torn tail after last commit record", attrs...)
 	} else if res.end > from {
 		s.log.Debug("replayed", attrs...)
@@ -250,6 +250,7 @@ func (s *Store) openHead(ids []uint64, wm watermark) error {
 		s.head = seg
 	}
 	s.headID.Store(s.head.id)
+	s.preallocate(s.head)
 	for _, seg := range s.mu.segs {
 		s.used.Add(seg.size.Load())
 	}

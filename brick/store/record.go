@@ -14,6 +14,11 @@ import (
 // A segment file seg-%016x.log (id in hex) is a sequence of records with no
 // file header; the file is only ever appended to, or truncated back to the
 // end of its last commit record after a torn write. Integers are little-endian.
+// The head segment may be preallocated (since session 11, same version):
+// its bytes after the last record are zeros up to the end of the file, which
+// readers of version 1 take as free space (a reader from before took them
+// for a torn tail and truncated them: also correct). Sealed segments end
+// with their last commit record.
 //
 //	 0      4     5      6       8      16      24      32      40     44     48     52
 //	+------+-----+------+-------+------+-------+-------+-------+------+------+------+---------+

@@ -20,6 +20,7 @@ type scanResult struct {
 	badData    int   // records whose data failed its crc (kept: they read as corrupt)
 	mismatched int   // batches whose commit record disagreed with what was found
 	dropped    int   // records after the last commit record (a torn tail)
+	zeroTail   bool  // zeros from the last record to the end: free space
 }
 
 var magicBytes = binary.LittleEndian.AppendUint32(nil, recordMagic)
@@ -32,7 +33,9 @@ var magicBytes = binary.LittleEndian.AppendUint32(nil, recordMagic)
 //     costs only the records it hit;
 //   - a record whose header is good but whose data fails its crc is kept,
 //     so the index still knows the key and reads of it report ErrCorrupt;
-//   - records with no commit record after them are dropped (a torn tail).
+//   - records with no commit record after them are dropped (a torn tail);
+//   - zeros from a position to the end are free space, not a gap: the
+//     head segment is preallocated (segment.go).
 //
 // A batch with a gap inside is still applied (what was found of it): its
 // commit record proves the batch was written whole, and the records lost
@@ -44,8 +47,13 @@ func scanSegment(b []byte, base int64, fn func([]scanned) error) (scanResult, er
 	for pos := 0; pos < len(b); {
 		h, n, err := decodeRecord(b[pos:])
 		if err != nil && !errors.Is(err, errDataCRC) {
+			next := resync(b, pos+1)
+			if next == len(b) && allZero(b[pos:]) {
+				res.zeroTail = true // the preallocated, never written tail of the head
+				break
+			}
 			res.gaps++
-			pos = resync(b, pos+1)
+			pos = next
 			continue
 		}
 		if h.kind != kindCommit {
@@ -69,6 +77,21 @@ func scanSegment(b []byte, base int64, fn func([]scanned) error) (scanResult, er
 	}
 	res.dropped = len(pending)
 	return res, nil
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // resync returns the first position at or after pos where a record could

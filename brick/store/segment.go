@@ -29,6 +29,10 @@ type segment struct {
 	id   uint64
 	f    segFile
 	size atomic.Int64 // bytes of complete, fsync'd records
+	// alloc is the file's size when it is larger than size: the head
+	// segment is preallocated (preallocate) and cut back when it is sealed.
+	// Written by the committer (and Open) only.
+	alloc int64
 }
 
 const segPrefix, segSuffix = "seg-", ".log"
@@ -93,7 +97,56 @@ func (s *Store) createSegment(id uint64) (*segment, error) {
 		os.Remove(path)
 		return nil, fmt.Errorf("create segment %d: %w", id, noSpace(err))
 	}
-	return &segment{id: id, f: s.wrap(f)}, nil
+	seg := &segment{id: id, f: s.wrap(f)}
+	s.preallocate(seg)
+	return seg, nil
+}
+
+// preallocate gives the head segment its whole size on disk up front:
+// appending to a file changes its size, and an fsync of a size change is a
+// journal commit (ext4 here: ~1.1-1.4 ms per 4 KiB append + fsync, against
+// ~0.3 ms for a write + fdatasync into preallocated space; with three
+// bricks on one disk their commits queue behind one journal). The tail
+// past the last commit record reads as zeros, which a scan takes for free
+// space (scan.go); sealing a segment cuts it off (seal). Without the space
+// (a nearly full disk) or support for fallocate the segment grows by
+// appends as before.
+func (s *Store) preallocate(seg *segment) {
+	f, ok := seg.f.(*os.File) // not a test's fault-injecting wrapper
+	if !ok || s.opts.SegmentBytes <= seg.size.Load() {
+		return
+	}
+	if err := fallocate(f, s.opts.SegmentBytes); err != nil {
+		s.log.Debug("segment not preallocated", "segment", seg.id, "err", err)
+		return
+	}
+	seg.alloc = s.opts.SegmentBytes
+}
+
+// seal cuts a preallocated segment back to its records before the next
+// one becomes the head, so a sealed segment's file size is its size.
+func (s *Store) seal(seg *segment) error {
+	if seg.alloc == 0 {
+		return nil
+	}
+	size := seg.size.Load()
+	if err := seg.f.Truncate(size); err != nil {
+		return fmt.Errorf("seal segment %d at %d: %w", seg.id, size, err)
+	}
+	if err := seg.sync(); err != nil {
+		return fmt.Errorf("seal segment %d at %d: %w", seg.id, size, err)
+	}
+	seg.alloc = 0
+	return nil
+}
+
+// sync makes what was written to seg durable: fdatasync, since only the
+// data and the file's size (which fdatasync covers) matter, not its times.
+func (seg *segment) sync() error {
+	if f, ok := seg.f.(*os.File); ok {
+		return fdatasync(f)
+	}
+	return seg.f.Sync()
 }
 
 func (s *Store) wrap(f *os.File) segFile {
