@@ -83,6 +83,11 @@ type tx struct {
 	ctx     context.Context
 	staged  map[uint64]*stage
 	orphans []orphanChange // changes to this node's orphan table (orphans.go)
+	// hidesData: the transaction makes no file data visible that was not
+	// visible before (an overwrite inside a file's size: only times and
+	// mode bits change), so its record need not wait for data writes
+	// (dataWriter.barrier). Set by the caller that knows; false is safe.
+	hidesData bool
 }
 
 type stage struct {
@@ -149,6 +154,9 @@ func (t *tx) commit() (err error) {
 	}
 	if len(ups) == 0 {
 		return nil
+	}
+	if !t.hidesData {
+		fs.data.exposing() // before Append: the batch taking it must wait
 	}
 	c := fs.cache
 	c.mu.Lock()

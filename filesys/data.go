@@ -21,7 +21,11 @@ import (
 //     accepted before it (gathered runs are started first) has finished
 //     (redo.Options.BeforeWrite), so no record
 //     that makes bytes visible (a larger size) is durable before them; a
-//     data write that failed stops the log (and the node) instead.
+//     data write that failed stops the log (and the node) instead. Only
+//     batches that may make bytes visible wait: when every transaction
+//     logged since the last wait was an overwrite inside a file's size
+//     (tx.hidesData), the batch goes out while the data is still being
+//     written (see barrier), so an fsync's data and log writes overlap.
 //   - Except for lack of space: a brick that refused a data write as full
 //     loses only those bytes of that file (they read as the file's earlier
 //     bytes there, or zeros), as a local file system's failed write-back
@@ -48,6 +52,10 @@ type dataWriter struct {
 	errs     map[uint64]error       // by inode: first failure not yet reported by fsync
 	failed   error                  // first failure of all: the log must not go on
 	noSpace  time.Time              // last write a brick refused for lack of space
+	// exposed: a transaction that may make data visible was committed
+	// since the last barrier that waited (set before its record is
+	// appended to the log).
+	exposed bool
 }
 
 // lowSpaceFor is how long after a brick refused a data write for lack of
@@ -282,15 +290,38 @@ func (d *dataWriter) sync(ino uint64) error {
 // size), and it must not become durable. Another node then recovers the
 // log up to what was durable before, as after a crash. A write refused for
 // lack of space does not (see the type's comment).
+//
+// It waits only if a transaction that may make data visible was committed
+// since the last barrier that waited (exposing). That is enough: such a
+// transaction's data writes were accepted before it set the flag, and
+// the flag is set before its record is appended, so either this barrier
+// sees the flag (the batch holds the record or comes before it), or an
+// earlier barrier cleared it, and that one waited for every write
+// accepted before it, those included. A batch of overwrites inside files'
+// sizes alone (new times) may reach the log before their data: after a
+// crash the file then has its new times over some old bytes, which no
+// fsync had promised yet, and never bytes it did not have.
 func (d *dataWriter) barrier() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if !d.exposed {
+		return d.failed
+	}
+	d.exposed = false
 	d.startAllLocked()
 	upTo := d.seq
 	for d.oldestLocked() <= upTo {
 		d.cond.Wait()
 	}
 	return d.failed
+}
+
+// exposing records that a transaction that may make data visible is
+// about to be logged: the next log batch waits for the data (barrier).
+func (d *dataWriter) exposing() {
+	d.mu.Lock()
+	d.exposed = true
+	d.mu.Unlock()
 }
 
 // oldestLocked is the lowest sequence number under way (max when none).
