@@ -302,14 +302,8 @@ func (s *Server) countUsage() {
 	var out []*pb.PGUsage
 	for _, v := range m.Volumes {
 		counts := map[uint32]int64{}
-		lastChunk := ^uint64(0)
-		blocksPerChunk := uint64(v.ChunkBytes) / limits.BlockBytes
-		err := s.store.Scan(v.ID, 0, ^uint64(0), func(e store.Entry) bool {
-			if c := e.Block / blocksPerChunk; c != lastChunk {
-				lastChunk = c
-				counts[clustermap.PGOfChunk(v.ID, c, len(v.PGs))]++
-			}
-			return true
+		err := s.store.Chunks(v.ID, uint64(v.ChunkBytes)/limits.BlockBytes, func(c uint64) {
+			counts[clustermap.PGOfChunk(v.ID, c, len(v.PGs))]++
 		})
 		if err != nil {
 			s.log.Warn("count usage", "vol", v.Name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -78,5 +79,43 @@ func TestLatestRange(t *testing.T) {
 	}
 	if _, err := s.LatestRange(7, 0, RangeBlocksMax+1, 0); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("oversized range: %v, want ErrInvalid", err)
+	}
+}
+
+// TestChunks: Chunks names each chunk holding an entry once, ascending,
+// across pieces, and the chunk of the last block.
+func TestChunks(t *testing.T) {
+	s := openT(t, t.TempDir(), Options{})
+	const per = 4
+	blocks := []uint64{0, 1, 3, 13, 14, 15, 16, 400, ^uint64(0) - 1}
+	for _, b := range blocks {
+		mustApply(t, s, putOp(Key{Vol: 2, Block: b}, 1))
+	}
+	mustApply(t, s, putOp(Key{Vol: 1, Block: 7}, 1), putOp(Key{Vol: 3, Block: 0}, 1))
+	var got []uint64
+	if err := s.Chunks(2, per, func(c uint64) { got = append(got, c) }); err != nil {
+		t.Fatal(err)
+	}
+	want := []uint64{0, 3, 4, 100, (^uint64(0) - 1) / per}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Chunks = %v, want %v", got, want)
+	}
+	// More chunks than one piece holds.
+	var ops []Op
+	for c := range uint64(scanEntriesMax + 10) {
+		ops = append(ops, putOp(Key{Vol: 5, Block: c * per}, 1))
+	}
+	mustApply(t, s, ops...)
+	n := 0
+	if err := s.Chunks(5, per, func(c uint64) {
+		if c != uint64(n) {
+			t.Fatalf("chunk %d at position %d", c, n)
+		}
+		n++
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != scanEntriesMax+10 {
+		t.Fatalf("%d chunks, want %d", n, scanEntriesMax+10)
 	}
 }
