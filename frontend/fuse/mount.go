@@ -161,9 +161,16 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			// (filesys killPriv), so the kernel does not ask for
 			// security.capability before every write.
 			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
-			// READDIRPLUS entries would add to the kernel's lookup counts
-			// without passing through kernelRefs; with no entry cache it
-			// would only double the work anyway.
+			// READDIRPLUS stays off: the kernel (fs/fuse/readdir.c,
+			// fuse_direntplus_link, Linux 6.16 and later) stamps each
+			// name it caches from a READDIRPLUS reply with the epoch it
+			// reads while *processing* the reply, not the one from before
+			// the request as LOOKUP does; an epoch bump (a directory's
+			// lock leaving this node) that lands while a reply is in
+			// flight would leave names from before the other node's
+			// change cached as valid. Names would have to come with no
+			// entry timeout, and then `ls -l` saves nothing over READDIR
+			// plus LOOKUPs.
 			DisableReadDirPlus: true,
 			Debug:              opts.Debug,
 		},
