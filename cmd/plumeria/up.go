@@ -82,6 +82,7 @@ func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 func upCmd() *cobra.Command {
 	var dir, mnt, httpAddr string
 	var port int
+	var replicas uint32
 	c := &cobra.Command{
 		Use:   "up [--dir DIR] [--mount MNT]",
 		Short: "Run an all-in-one cluster on this machine (coordinator + lock server + 3 bricks), mounted; Ctrl-C unmounts and stops it",
@@ -91,7 +92,11 @@ func upCmd() *cobra.Command {
 	c.Flags().StringVar(&mnt, "mount", "", "mount point (default DIR/mnt); created if missing")
 	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
 	c.Flags().StringVar(&httpAddr, "http", "", `HOST:PORT of the web dashboard and /metrics (default 127.0.0.1:<port+9>; "none" for neither)`)
+	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk of the volume, 1 to 3 (when the volume is created: an existing DIR keeps its own)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if replicas < 1 || replicas > 3 {
+			return fmt.Errorf("up: --replicas %d: the cluster has 3 bricks, give 1, 2 or 3", replicas)
+		}
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
@@ -112,7 +117,7 @@ func upCmd() *cobra.Command {
 			return err
 		}
 		defer cl.Close()
-		if err := ensureVolume(cmd.Context(), cl, "default", 3); err != nil {
+		if err := ensureVolume(cmd.Context(), cl, "default", replicas); err != nil {
 			return fmt.Errorf("up: create volume: %s", coordclient.ErrorMessage(err))
 		}
 		if err := ensureFormatted(cmd.Context(), cl, "default"); err != nil {
@@ -131,7 +136,11 @@ func upCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
-		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (3 replicas), state in %s\n", lc.coord, dir)
+		have := replicas
+		if mp, err := cl.Map(cmd.Context(), 0); err == nil && mp.Volume("default") != nil {
+			have = uint32(mp.Volume("default").Replicas)
+		}
+		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (%d replicas), state in %s\n", lc.coord, have, dir)
 		fmt.Printf("mounted on %s\n", mnt)
 		if lc.http != "" {
 			fmt.Printf("dashboard: http://%s/\n", lc.http)
