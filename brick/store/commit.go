@@ -175,12 +175,17 @@ func (s *Store) gather(first *request) []*request {
 func (s *Store) commitGroup(group []*request) {
 	var run []*request
 	var runBytes int64
+	free, freeErr := s.freeDisk()
 	for _, r := range group {
 		if err := s.brokenErr(); err != nil {
 			r.done <- err
 			continue
 		}
 		if err := s.admit(r, runBytes); err != nil {
+			r.done <- err
+			continue
+		}
+		if err := s.diskRoom(r, free, freeErr, runBytes); err != nil {
 			r.done <- err
 			continue
 		}
@@ -242,6 +247,46 @@ func (s *Store) flushRun(run []*request, n int64) {
 		}
 		r.done <- err
 	}
+}
+
+// indexRoomBytes is the free space a group commit leaves on the file
+// system under the store for the index: pebble grows its WAL in
+// preallocated steps of 1.1x the memtable, writes memtables out as tables
+// and compacts them, and it panics when a WAL write fails. Segments are
+// preallocated (segment.go), so a segment write no longer fails first on
+// a full disk: the file system's free space is checked before each run
+// instead (a chaos run filled a brick's disk and pebble's WAL write then
+// brought the brick down). The cleaner's moves, which give space back,
+// may go down to half of it.
+const indexRoomBytes = 32 << 20
+
+// diskRoom fails r with ErrNoSpace when the file system under the store
+// (free bytes at the start of the group, freeErr if statfs failed) would
+// keep less than indexRoomBytes free (half for the cleaner's batches); the
+// batches before r in its run, pending bytes, count when the head segment
+// is not preallocated. A file system that cannot tell is not checked.
+func (s *Store) diskRoom(r *request, free int64, freeErr error, pending int64) error {
+	if freeErr != nil {
+		return nil
+	}
+	need := int64(indexRoomBytes)
+	if r.internal {
+		need /= 2
+	}
+	if s.head.alloc < s.head.size.Load()+pending+int64(len(r.buf)) {
+		need += pending + int64(len(r.buf)) // appended, not written into preallocated space
+	}
+	if free < need {
+		return fmt.Errorf("batch of %d bytes: the file system under %s has %d bytes free, and %d are kept for the index: %w", len(r.buf), s.dir, free, indexRoomBytes, ErrNoSpace)
+	}
+	return nil
+}
+
+func (s *Store) freeDisk() (int64, error) {
+	if s.opts.freeBytes != nil {
+		return s.opts.freeBytes()
+	}
+	return freeBytes(s.dir)
 }
 
 // writeDurable writes buf at off and fsyncs. On ENOSPC it truncates the

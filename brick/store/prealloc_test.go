@@ -2,9 +2,12 @@ package store
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
@@ -118,5 +121,49 @@ func TestCrashZeroedTail(t *testing.T) {
 			t.Fatal("batch after recovery lost at the next reopen")
 		}
 		c.Close()
+	}
+}
+
+// TestDiskRoom: when the file system under the store has less free space
+// than the index keeps (indexRoomBytes), batches fail with ErrNoSpace
+// before anything is written, the store stays usable, and takes batches
+// again once space is back. A segment created on a nearly full disk is
+// not preallocated.
+func TestDiskRoom(t *testing.T) {
+	var free atomic.Int64
+	free.Store(1 << 40)
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1 << 20, freeBytes: func() (int64, error) { return free.Load(), nil }}
+	s := openT(t, dir, opts)
+	mustApply(t, s, crashBatch(0)...)
+	free.Store(indexRoomBytes - 1)
+	err := s.Apply(context.Background(), crashBatch(1))
+	if !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Apply with %d bytes free: %v, want ErrNoSpace", free.Load(), err)
+	}
+	if batchVisible(t, s, 1) {
+		t.Fatal("a refused batch is visible")
+	}
+	free.Store(indexRoomBytes + 1)
+	mustApply(t, s, crashBatch(2)...)
+	if !batchVisible(t, s, 0) || !batchVisible(t, s, 2) {
+		t.Fatal("batches before and after the refusal not visible")
+	}
+	// Nearly full: the next segment grows by appends.
+	free.Store(opts.SegmentBytes + indexRoomBytes + 1<<20)
+	head, _ := headPos(s)
+	for id := uint64(3); ; id++ {
+		mustApply(t, s, crashBatch(id)...)
+		if h, _ := headPos(s); h != head {
+			head = h
+			break
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, segName(head)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, end := headPos(s); fi.Size() != end {
+		t.Fatalf("segment %d made on a nearly full disk is %d bytes for %d of records: preallocated", head, fi.Size(), end)
 	}
 }

@@ -116,6 +116,12 @@ func (s *Store) preallocate(seg *segment) {
 	if !ok || s.opts.SegmentBytes <= seg.size.Load() {
 		return
 	}
+	// On a nearly full disk the space is left free: for the index
+	// (diskRoom) and for the cleaner that gives space back.
+	if free, err := s.freeDisk(); err == nil && free < s.opts.SegmentBytes+2*indexRoomBytes {
+		s.log.Debug("segment not preallocated: disk nearly full", "segment", seg.id, "free", free)
+		return
+	}
 	if err := fallocate(f, s.opts.SegmentBytes); err != nil {
 		s.log.Debug("segment not preallocated", "segment", seg.id, "err", err)
 		return

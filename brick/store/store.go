@@ -75,6 +75,9 @@ type Options struct {
 	Logger *slog.Logger
 
 	wrapFile func(*os.File) segFile // tests: inject disk faults
+	// freeBytes, if set, replaces the file system's free bytes (statfs) in
+	// diskRoom (tests).
+	freeBytes func() (int64, error)
 }
 
 const (
