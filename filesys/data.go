@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -54,8 +55,9 @@ type dataWriter struct {
 	noSpace  time.Time              // last write a brick refused for lack of space
 	// exposed: a transaction that may make data visible was committed
 	// since the last barrier that waited (set before its record is
-	// appended to the log).
-	exposed bool
+	// appended to the log). Atomic: every transaction sets it, and d.mu
+	// is the data writes' lock.
+	exposed atomic.Bool
 }
 
 // lowSpaceFor is how long after a brick refused a data write for lack of
@@ -302,12 +304,12 @@ func (d *dataWriter) sync(ino uint64) error {
 // crash the file then has its new times over some old bytes, which no
 // fsync had promised yet, and never bytes it did not have.
 func (d *dataWriter) barrier() error {
+	exposed := d.exposed.Swap(false) // before the snapshot of what is under way
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if !d.exposed {
+	if !exposed {
 		return d.failed
 	}
-	d.exposed = false
 	d.startAllLocked()
 	upTo := d.seq
 	for d.oldestLocked() <= upTo {
@@ -318,11 +320,7 @@ func (d *dataWriter) barrier() error {
 
 // exposing records that a transaction that may make data visible is
 // about to be logged: the next log batch waits for the data (barrier).
-func (d *dataWriter) exposing() {
-	d.mu.Lock()
-	d.exposed = true
-	d.mu.Unlock()
-}
+func (d *dataWriter) exposing() { d.exposed.Store(true) }
 
 // oldestLocked is the lowest sequence number under way (max when none).
 func (d *dataWriter) oldestLocked() uint64 {
