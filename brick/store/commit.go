@@ -310,13 +310,8 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 		s.setBroken(err)
 		return s.brokenErr()
 	}
-	if terr := seg.f.Truncate(off); terr != nil {
-		s.setBroken(fmt.Errorf("truncate segment %d after %v: %w", seg.id, err, terr))
-		return s.brokenErr()
-	}
-	seg.alloc = 0
-	if serr := seg.sync(); serr != nil {
-		s.setBroken(fmt.Errorf("sync segment %d after %v: %w", seg.id, err, serr))
+	if cerr := seg.cut(off); cerr != nil {
+		s.setBroken(fmt.Errorf("%w, after %v", cerr, err))
 		return s.brokenErr()
 	}
 	return err

@@ -225,11 +225,8 @@ func (s *Store) logScan(id uint64, from, size int64, res scanResult) {
 // truncateTail cuts the head segment back to end, the end of its last
 // commit record, so the next batch is appended after whole batches only.
 func (s *Store) truncateTail(seg *segment, end int64) error {
-	if err := seg.f.Truncate(end); err != nil {
-		return fmt.Errorf("truncate torn tail of segment %d: %w", seg.id, err)
-	}
-	if err := seg.f.Sync(); err != nil {
-		return fmt.Errorf("truncate torn tail of segment %d: %w", seg.id, err)
+	if err := seg.cut(end); err != nil {
+		return fmt.Errorf("torn tail: %w", err)
 	}
 	seg.size.Store(end)
 	return nil
@@ -286,7 +283,7 @@ func (s *Store) loadAccounting() error {
 func (s *Store) setCapacity() error {
 	s.capacity = s.opts.CapacityBytes
 	if s.capacity == 0 {
-		free, err := freeBytes(s.dir)
+		free, err := s.freeDisk()
 		if err != nil {
 			return err
 		}

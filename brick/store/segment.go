@@ -136,14 +136,22 @@ func (s *Store) seal(seg *segment) error {
 	if seg.alloc == 0 {
 		return nil
 	}
-	size := seg.size.Load()
-	if err := seg.f.Truncate(size); err != nil {
-		return fmt.Errorf("seal segment %d at %d: %w", seg.id, size, err)
+	if err := seg.cut(seg.size.Load()); err != nil {
+		return fmt.Errorf("seal: %w", err)
 	}
-	if err := seg.sync(); err != nil {
-		return fmt.Errorf("seal segment %d at %d: %w", seg.id, size, err)
+	return nil
+}
+
+// cut truncates seg's file to n bytes, dropping its preallocation, and
+// makes that durable (a torn tail at Open, a failed append, a seal).
+func (seg *segment) cut(n int64) error {
+	if err := seg.f.Truncate(n); err != nil {
+		return fmt.Errorf("truncate segment %d to %d: %w", seg.id, n, err)
 	}
 	seg.alloc = 0
+	if err := seg.sync(); err != nil {
+		return fmt.Errorf("sync segment %d truncated to %d: %w", seg.id, n, err)
+	}
 	return nil
 }
 

@@ -75,8 +75,8 @@ type Options struct {
 	Logger *slog.Logger
 
 	wrapFile func(*os.File) segFile // tests: inject disk faults
-	// freeBytes, if set, replaces the file system's free bytes (statfs) in
-	// diskRoom (tests).
+	// freeBytes, if set, replaces the file system's free bytes (statfs)
+	// wherever the store asks for them (freeDisk; tests).
 	freeBytes func() (int64, error)
 }
 
