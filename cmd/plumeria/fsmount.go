@@ -52,7 +52,7 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 	if replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1")
 	}
-	if err := ensureVolume(ctx, cl, name, replicas); err != nil {
+	if _, err := ensureVolume(ctx, cl, name, replicas); err != nil {
 		return fmt.Errorf("create volume %s: %s", name, coordclient.ErrorMessage(err))
 	}
 	vol, err := volume.Open(ctx, cl, name, volume.Options{Writer: "format"})

@@ -64,16 +64,17 @@ func (lc *localCluster) stop() {
 	}
 }
 
-// ensureVolume creates a volume unless it exists.
-func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32) error {
+// ensureVolume creates a volume with replicas copies unless it exists, and
+// returns the copies it has.
+func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32) (uint32, error) {
 	m, err := cl.Map(ctx, 0)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if m.Volume(name) != nil {
-		return nil
+	if v := m.Volume(name); v != nil {
+		return uint32(v.Replicas), nil
 	}
-	return cl.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
+	return replicas, cl.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
 		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: replicas, AllowSameDomain: true})
 		return err
 	})
@@ -117,7 +118,8 @@ func upCmd() *cobra.Command {
 			return err
 		}
 		defer cl.Close()
-		if err := ensureVolume(cmd.Context(), cl, "default", replicas); err != nil {
+		have, err := ensureVolume(cmd.Context(), cl, "default", replicas)
+		if err != nil {
 			return fmt.Errorf("up: create volume: %s", coordclient.ErrorMessage(err))
 		}
 		if err := ensureFormatted(cmd.Context(), cl, "default"); err != nil {
@@ -135,10 +137,6 @@ func upCmd() *cobra.Command {
 		m, err := mountFS(ctx, cl, "default", "up-"+host, mnt, mountOptions{fuse: fuse.Options{CacheTimeout: kernelCacheDefault}}, log)
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
-		}
-		have := replicas
-		if mp, err := cl.Map(cmd.Context(), 0); err == nil && mp.Volume("default") != nil {
-			have = uint32(mp.Volume("default").Replicas)
 		}
 		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (%d replicas), state in %s\n", lc.coord, have, dir)
 		fmt.Printf("mounted on %s\n", mnt)
