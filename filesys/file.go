@@ -190,16 +190,24 @@ func killPriv(in *layout.Inode) {
 // xattrCaps holds a file's capabilities (capabilities(7)).
 const xattrCaps = "security.capability"
 
-// toExtent moves an inline file's bytes to its extent (written before the
-// inode change is logged).
+// toExtent moves an inline file's bytes to its extent. They are written
+// behind like any write (data.go): the record that clears the inline flag
+// may make them visible, so its log batch waits for them, and a write that
+// continues them (a file written in pieces) joins them in one volume write.
+// Low on space they are written through, so the write fails instead.
 func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error {
 	if in.Flags&layout.FlagInline == 0 {
 		return nil
 	}
 	if len(in.Inline) > 0 {
-		if err := fs.cfg.Dev.WriteData(ctx, in.Inline, layout.ExtentAddr(ino)); err != nil {
-			return fs.ioError("move a small file's data to its extent", layout.ExtentAddr(ino), err)
+		if fs.data.lowSpace() {
+			if err := fs.data.writeThrough(ctx, ino, in.Inline, 0); err != nil {
+				return err
+			}
+		} else {
+			fs.data.write(ctx, ino, in.Inline, 0)
 		}
+		fs.pages.write(ino, in.Inline, 0)
 		in.HWM = max(in.HWM, uint64(len(in.Inline)))
 	}
 	in.Inline = nil
