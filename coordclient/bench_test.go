@@ -10,6 +10,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 )
 
 // chunkServer answers every Read with a fresh 1 MiB chunk, as a brick does.
@@ -34,7 +35,7 @@ func BenchmarkChunkRPC(b *testing.B) {
 		b.Fatal(err)
 	}
 	gs := grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
-		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes))
+		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes), rpcbuf.ServerOption())
 	pb.RegisterBrickServer(gs, &chunkServer{data: make([]byte, 1<<20)})
 	go gs.Serve(lis)
 	defer gs.Stop()

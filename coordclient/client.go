@@ -21,6 +21,7 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
+	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 )
 
 // Client talks to a coordinator group.
@@ -83,7 +84,7 @@ const (
 // metadata).
 func Dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, append(reqid.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(insecure.NewCredentials()), rpcbuf.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
 		grpc.WithInitialWindowSize(limits.RPCStreamWindowBytes), grpc.WithInitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -19,6 +19,7 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
+	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 	"github.com/plumeria-fs/plumeria/lock/lockpb"
 )
 
@@ -73,7 +74,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
 	n.gs = grpc.NewServer(append(reqid.ServerOptions(cfg.Logger), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
 		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes),
-		grpc.MaxConcurrentStreams(limits.RPCStreamsPerConnMax))...)
+		grpc.MaxConcurrentStreams(limits.RPCStreamsPerConnMax), rpcbuf.ServerOption())...)
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
