@@ -244,20 +244,32 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 		return add(store.Op{Kind: store.OpTombstone, Key: store.Key{Vol: v.ID, Block: gens[0].Block, Gen: v.Gen}})
 	}
 	var scanErr error
-	if blo < bhi {
-		err := s.store.Scan(v.ID, blo, bhi, func(e store.Entry) bool {
-			if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) != pg || e.Gen > v.Gen {
-				return true
-			}
-			if e.Block != curBlock {
-				if scanErr = flush(); scanErr != nil {
-					return false
-				}
-				curBlock = e.Block
-			}
-			gens = append(gens, e)
+	visit := func(e store.Entry) bool {
+		if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) != pg || e.Gen > v.Gen {
 			return true
-		})
+		}
+		if e.Block != curBlock {
+			if scanErr = flush(); scanErr != nil {
+				return false
+			}
+			curBlock = e.Block
+		}
+		gens = append(gens, e)
+		return true
+	}
+	if blo < bhi {
+		var err error
+		if clo, chi := blo/blocksPerChunk, (bhi-1)/blocksPerChunk+1; chi-clo <= decommitChunksMax {
+			// Only this PG's chunks of the range: the others' blocks
+			// (15 in 16 with 16 PGs) need not be visited.
+			for c := clo; c < chi && err == nil && scanErr == nil; c++ {
+				if clustermap.PGOfChunk(v.ID, c, len(v.PGs)) == pg {
+					err = s.store.Scan(v.ID, max(blo, c*blocksPerChunk), min(bhi, (c+1)*blocksPerChunk), visit)
+				}
+			}
+		} else {
+			err = s.store.Scan(v.ID, blo, bhi, visit)
+		}
 		if err == nil {
 			err = scanErr
 		}
@@ -289,6 +301,10 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 	}
 	return ops, nil
 }
+
+// decommitChunksMax bounds the chunks of a decommit's range scanned one by
+// one (this PG's only); a larger range (a whole volume) is scanned whole.
+const decommitChunksMax = 1 << 16
 
 // edgeRanges returns the partly covered block pieces [from, to) at the
 // start and end of [off, end). An end or to of 0 stands for 2^64.
