@@ -117,29 +117,39 @@ func (s *Server) checkMember(vol uint64, pg uint32, primary string, epoch uint64
 
 // filterNewer drops ops this brick already has a newer copy of.
 func (s *Server) filterNewer(ops []store.Op, horizon uint64, backfill bool) ([]store.Op, error) {
-	out := ops[:0]
-	for _, op := range ops {
-		_, e, err := s.store.Get(op.Key)
-		ex := repl.Existing{}
+	keys := make([]store.Key, len(ops))
+	for i, op := range ops {
+		keys[i] = op.Key
+	}
+	metas, err := s.store.Metas(keys)
+	if err != nil {
+		return nil, err
+	}
+	keep := func(op store.Op, ex repl.Existing) bool {
 		switch {
-		case err == nil, errors.Is(err, store.ErrCorrupt):
-			ex = repl.Existing{Present: true, Seq: e.Seq}
-			if errors.Is(err, store.ErrCorrupt) {
-				ex.Seq = 0 // a corrupt copy is always replaced
+		case op.Kind == store.OpRemove && backfill:
+			return repl.ShouldRemoveInBackfill(ex, horizon)
+		case op.Kind == store.OpRemove:
+			return ex.Present && op.Seq > ex.Seq
+		}
+		return repl.ShouldApply(ex, op.Seq, horizon)
+	}
+	out := ops[:0]
+	for i, op := range ops {
+		ex := repl.Existing{Present: metas[i].Present, Seq: metas[i].Seq}
+		k := keep(op, ex)
+		if !k && ex.Present {
+			// A corrupt copy is always replaced (as seq 0, which keeps
+			// every op the real seq keeps): only an op the index alone
+			// would skip needs the copy read and checked.
+			switch _, _, err := s.store.Get(op.Key); {
+			case errors.Is(err, store.ErrCorrupt):
+				k = keep(op, repl.Existing{Present: true})
+			case err != nil && !errors.Is(err, store.ErrNotFound):
+				return nil, err
 			}
-		case errors.Is(err, store.ErrNotFound):
-		default:
-			return nil, err
 		}
-		keep := false
-		if op.Kind == store.OpRemove && backfill {
-			keep = repl.ShouldRemoveInBackfill(ex, horizon)
-		} else if op.Kind == store.OpRemove {
-			keep = ex.Present && op.Seq > ex.Seq
-		} else {
-			keep = repl.ShouldApply(ex, op.Seq, horizon)
-		}
-		if keep {
+		if k {
 			out = append(out, op)
 		}
 	}

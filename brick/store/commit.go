@@ -320,8 +320,18 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 // indexRun applies the records of run, written at (seg, base), to the
 // index with the new watermark, without fsync: the segment is durable.
 func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
-	b := s.db.NewIndexedBatch()
+	b := newIndexBatch(s.db)
 	defer b.Close()
+	var hs []header
+	var recs [][]byte
+	for _, r := range run {
+		for _, rec := range r.recs {
+			hs, recs = append(hs, rec.h), append(recs, rec.rec)
+		}
+	}
+	if err := b.prefetch(hs, recs); err != nil {
+		return fmt.Errorf("index segment %d: %w", seg, err)
+	}
 	d := newDelta()
 	off := uint64(base)
 	for _, r := range run {
@@ -332,10 +342,10 @@ func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
 		}
 		off += uint64(len(r.buf))
 	}
-	if err := b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg, off: off}), nil); err != nil {
+	if err := b.b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg, off: off}), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.NoSync); err != nil {
+	if err := b.b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("index segment %d: %w", seg, err)
 	}
 	s.addDelta(d)

@@ -185,10 +185,17 @@ func (s *Store) replaySegment(seg *segment, from int64, isHead bool) error {
 	if err != nil {
 		return err
 	}
-	ib := s.db.NewIndexedBatch()
+	ib := newIndexBatch(s.db)
 	defer ib.Close()
 	d := newDelta()
 	res, err := scanSegment(b, from, func(recs []scanned) error {
+		hs, rs := make([]header, len(recs)), make([][]byte, len(recs))
+		for i, r := range recs {
+			hs[i], rs[i] = r.h, r.rec
+		}
+		if err := ib.prefetch(hs, rs); err != nil {
+			return err
+		}
 		for _, r := range recs {
 			if err := applyRecord(ib, seg.id, uint64(r.off), r.h, r.rec, d); err != nil {
 				return err
@@ -199,8 +206,8 @@ func (s *Store) replaySegment(seg *segment, from int64, isHead bool) error {
 	if err != nil {
 		return fmt.Errorf("replay segment %d: %w", seg.id, err)
 	}
-	ib.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg.id, off: uint64(res.end)}), nil)
-	if err := ib.Commit(pebble.NoSync); err != nil {
+	ib.b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg.id, off: uint64(res.end)}), nil)
+	if err := ib.b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("replay segment %d: %w", seg.id, err)
 	}
 	s.logScan(seg.id, from, size, res)

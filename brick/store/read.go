@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -29,6 +30,50 @@ func (s *Store) Get(key Key) ([]byte, Entry, error) {
 		return nil, Entry{}, fmt.Errorf("get %v: %w", key, ErrNotFound)
 	}
 	return s.readEntryLocked(key, e)
+}
+
+// Meta is what the index holds for a key, without its data.
+type Meta struct {
+	Present   bool
+	Seq       uint64
+	Tombstone bool
+}
+
+// Metas looks keys up in the index only: their data is neither read nor
+// checked (Get does both). One iterator serves all of them, so many keys
+// close together (a replicated chunk's blocks) cost little more than one.
+func (s *Store) Metas(keys []Key) ([]Meta, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.mu.closed {
+		return nil, ErrClosed
+	}
+	order := make([]int, len(keys))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return compareKeys(keys[a], keys[b]) })
+	var sorted []Key
+	pos := make([]int, len(keys)) // keys[i] is sorted[pos[i]]
+	for _, i := range order {
+		if n := len(sorted); n == 0 || sorted[n-1] != keys[i] {
+			sorted = append(sorted, keys[i])
+		}
+		pos[i] = len(sorted) - 1
+	}
+	metas := make([]Meta, len(sorted))
+	err := lookupEntries(s.db, sorted, func(j int, e entry) error {
+		metas[j] = Meta{Present: true, Seq: e.seq, Tombstone: e.tomb}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("index lookup of %d keys: %w", len(keys), err)
+	}
+	out := make([]Meta, len(keys))
+	for i := range keys {
+		out[i] = metas[pos[i]]
+	}
+	return out, nil
 }
 
 // Latest returns the entry with the greatest Gen <= maxGen for (vol,
