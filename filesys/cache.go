@@ -26,7 +26,11 @@ type cblock struct {
 	dirty    bool   // changed since it was last written in place
 	firstLSN redo.LSN
 	lastLSN  redo.LSN
-	gen      uint64 // bumped on every change: write-back marks clean only an unchanged block
+	// exposeLSN: the last change by a transaction that may make file data
+	// visible (not tx.hidesData); fdatasync of an inode whose block has
+	// none above the log's durable LSN needs no log write (FS.Fsync).
+	exposeLSN redo.LSN
+	gen       uint64 // bumped on every change: write-back marks clean only an unchanged block
 }
 
 // cache holds this node's metadata blocks, by address and by lock.
@@ -188,9 +192,24 @@ func (t *tx) commit() (err error) {
 			b.dirty, b.firstLSN = true, lsn
 		}
 		b.lastLSN = lsn
+		if !t.hidesData {
+			b.exposeLSN = lsn
+		}
 		b.gen++
 	}
 	return nil
+}
+
+// exposeLSN returns the last change to the block at addr that may have
+// made file data visible (0: none this cache holds). A block not cached is
+// clean on the volume: every change to it is durable.
+func (c *cache) exposeLSN(addr uint64) redo.LSN {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if b := c.blocks[addr]; b != nil {
+		return b.exposeLSN
+	}
+	return 0
 }
 
 // diff returns the byte ranges [start, end) where a and b differ, leaving

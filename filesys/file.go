@@ -365,7 +365,25 @@ func (fs *FS) Flush(ino uint64) error {
 // reports a data write of ino that failed since the last Fsync. The file's
 // data writes and the log write run at once: a log batch that
 // may make data visible waits for the data itself (dataWriter.barrier).
+//
+// With dataOnly (fdatasync), when no change to ino's inode that may make
+// data visible (a size, an inline byte, a truncate: not tx.hidesData) is
+// above the log's durable LSN, only the data writes are waited for: what
+// the log still holds for ino are new times and mode bits of overwrites
+// inside its size, which fdatasync(2) need not make durable; after a
+// crash the file reads the new bytes with its earlier times. Every data
+// exposure of ino changes its inode block, which the cache keeps with the
+// LSN of its last exposing change until it is written back, and write-back
+// comes after the log is durable.
 func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
+	if dataOnly {
+		if err := fs.failed(); err != nil {
+			return err
+		}
+		if fs.cache.exposeLSN(layout.InodeAddr(ino)) <= fs.rlog.Durable() {
+			return fs.data.sync(ino)
+		}
+	}
 	logErr := make(chan error, 1)
 	go func() { logErr <- fs.Sync(ctx) }()
 	err := fs.data.sync(ino)

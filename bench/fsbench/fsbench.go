@@ -23,7 +23,8 @@
 //   - fsync latency: FsyncOps times, a 4 KiB pwrite at a random page of a
 //     fresh 4 MiB file then fsync, each pair timed alone; the median
 //     (write_fsync_4k_latency us, lower is better) and the 99th percentile
-//     (write_fsync_4k_latency_p99 us) by nearest rank;
+//     (write_fsync_4k_latency_p99 us) by nearest rank; then the same with
+//     fdatasync on another file (write_fdatasync_4k_latency and _p99 us);
 //   - source tree: extract an in-memory tarball of TreeFiles regular files
 //     in nested directories, with symlinks and executable modes, using
 //     archive/tar the way tar(1) would (tree_extract s, lower is better);

@@ -39,7 +39,8 @@ var wantMetrics = []struct{ name, unit string }{
 	{"files_read", "files/s"}, {"files_delete", "files/s"}, {"mkdir_rmdir", "dirs/s"},
 	{"seq_write_fsync", "MiB/s"}, {"seq_read", "MiB/s"},
 	{"rand_read_4k", "IOPS"}, {"rand_write_4k", "IOPS"}, {"rand_mixed_qd16", "IOPS"},
-	{"write_fsync_4k_latency", "us"}, {"write_fsync_4k_latency_p99", "us"}, {"tree_extract", "s"},
+	{"write_fsync_4k_latency", "us"}, {"write_fsync_4k_latency_p99", "us"},
+	{"write_fdatasync_4k_latency", "us"}, {"write_fdatasync_4k_latency_p99", "us"}, {"tree_extract", "s"},
 }
 
 func TestRunEveryMetric(t *testing.T) {
@@ -74,8 +75,8 @@ func TestZeroSkips(t *testing.T) {
 		want string
 	}{
 		{func(c *Config) { c.RandQD, c.FsyncOps = 0, 0 }, "mkdir_rmdir rand_read_4k rand_write_4k"},
-		{func(c *Config) { c.RandQD = 3 }, "mkdir_rmdir rand_read_4k rand_write_4k rand_mixed_qd3 write_fsync_4k_latency write_fsync_4k_latency_p99"},
-		{func(c *Config) { c.RandOps, c.Mkdirs = 0, 0 }, "write_fsync_4k_latency write_fsync_4k_latency_p99"},
+		{func(c *Config) { c.RandQD = 3 }, "mkdir_rmdir rand_read_4k rand_write_4k rand_mixed_qd3 write_fsync_4k_latency write_fsync_4k_latency_p99 write_fdatasync_4k_latency write_fdatasync_4k_latency_p99"},
+		{func(c *Config) { c.RandOps, c.Mkdirs = 0, 0 }, "write_fsync_4k_latency write_fsync_4k_latency_p99 write_fdatasync_4k_latency write_fdatasync_4k_latency_p99"},
 		{func(c *Config) { c.FsyncOps, c.Mkdirs, c.RandQD = 0, 0, 1 }, "rand_read_4k rand_write_4k rand_mixed_qd1"},
 	} {
 		cfg := tiny(t)

@@ -16,22 +16,39 @@ import (
 // so that the latency is the write's and the fsync's, not the file's.
 const fsyncFileBytes = 4 << 20
 
-// fsyncLatency: the fsync latency workload of fsyncOn on a new file.
+// fsyncLatency: the sync latency workload of fsyncOn on a new file, with
+// fsync(2) (write_fsync_4k_latency), then on another with fdatasync(2)
+// (write_fdatasync_4k_latency: an overwrite inside the file's size needs
+// its data durable, not its new times).
 func (r *runner) fsyncLatency(work string) error {
-	f, err := os.OpenFile(filepath.Join(work, "fsync.dat"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fmt.Errorf("write_fsync_4k_latency: %w", err)
+	for _, dataSync := range []bool{false, true} {
+		name, file := "write_fsync_4k_latency", "fsync.dat"
+		if dataSync {
+			name, file = "write_fdatasync_4k_latency", "fdatasync.dat"
+		}
+		f, err := os.OpenFile(filepath.Join(work, file), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		t := fileTarget(f)
+		t.dev = fileDevice{f: f, dataSync: dataSync}
+		err = r.syncLatency(t, name)
+		f.Close()
+		if err != nil {
+			return err
+		}
 	}
-	defer f.Close()
-	return r.fsyncOn(fileTarget(f))
+	return nil
 }
 
-// fsyncOn: FsyncOps times, a 4 KiB write at a random page of the first
-// fsyncFileBytes of t (filled and synced first), then a sync, each pair
-// timed alone (write_fsync_4k_latency us, the median, and
-// write_fsync_4k_latency_p99 us); then every page is read back and checked.
-func (r *runner) fsyncOn(t target) error {
-	const name = "write_fsync_4k_latency"
+// fsyncOn is syncLatency as write_fsync_4k_latency.
+func (r *runner) fsyncOn(t target) error { return r.syncLatency(t, "write_fsync_4k_latency") }
+
+// syncLatency: FsyncOps times, a 4 KiB write at a random page of the
+// first fsyncFileBytes of t (filled and synced first), then a sync, each
+// pair timed alone (name us, the median, and name_p99 us); then every page
+// is read back and checked.
+func (r *runner) syncLatency(t target, name string) error {
 	const pages = fsyncFileBytes / PageSize
 	cfg := r.cfg
 	rng := rand.New(rand.NewPCG(cfg.Seed, 6))

@@ -29,7 +29,8 @@ func benchDir(c *cobra.Command) {
 		"  mkdir_rmdir dirs/s; seq_write_fsync, seq_read MiB/s; rand_read_4k, rand_write_4k IOPS;\n" +
 		"  rand_mixed_qd16 IOPS (4 KiB random reads and writes, 70/30, 16 in flight: --rand-qd);\n" +
 		"  write_fsync_4k_latency, write_fsync_4k_latency_p99 us (a 4 KiB write then fsync, median\n" +
-		"  and 99th percentile; lower is better);\n" +
+		"  and 99th percentile; lower is better); write_fdatasync_4k_latency and _p99 us (the same\n" +
+		"  with fdatasync);\n" +
 		"  tree_extract s (extracting a generated source tarball; lower is better).\n" +
 		"Every byte read back is checked. A size or count of 0 skips its workload.\n" +
 		"With --vs DIR2 the same workloads also run on DIR2 and each metric prints three lines:\n" +
