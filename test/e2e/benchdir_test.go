@@ -22,7 +22,8 @@ var benchMetrics = map[string]string{
 	"files_create": "files/s", "files_stat": "files/s", "files_readdir": "entries/s", "files_read": "files/s",
 	"files_delete": "files/s", "mkdir_rmdir": "dirs/s", "seq_write_fsync": "MiB/s", "seq_read": "MiB/s",
 	"rand_read_4k": "IOPS", "rand_write_4k": "IOPS", "rand_mixed_qd16": "IOPS",
-	"write_fsync_4k_latency": "us", "write_fsync_4k_latency_p99": "us", "tree_extract": "s",
+	"write_fsync_4k_latency": "us", "write_fsync_4k_latency_p99": "us",
+	"write_fdatasync_4k_latency": "us", "write_fdatasync_4k_latency_p99": "us", "tree_extract": "s",
 }
 
 // checkBenchLines checks that out holds exactly, once each, the
