@@ -168,7 +168,7 @@ func (s *Store) lookup(k Key) (entry, bool, error) {
 	if s.mu.closed {
 		return entry{}, false, ErrClosed
 	}
-	return getEntry(dbGetter(s.db), k)
+	return getEntry(s.db, k)
 }
 
 // moveRecords commits move records for live, in batches through the

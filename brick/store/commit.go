@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
@@ -322,14 +321,11 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
 	b := newIndexBatch(s.db)
 	defer b.Close()
-	var hs []header
-	var recs [][]byte
-	for _, r := range run {
-		for _, rec := range r.recs {
-			hs, recs = append(hs, rec.h), append(recs, rec.rec)
-		}
+	groups := make([][]scanned, len(run))
+	for i, r := range run {
+		groups[i] = r.recs
 	}
-	if err := b.prefetch(hs, recs); err != nil {
+	if err := b.prefetch(groups...); err != nil {
 		return fmt.Errorf("index segment %d: %w", seg, err)
 	}
 	d := newDelta()
@@ -342,10 +338,7 @@ func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
 		}
 		off += uint64(len(r.buf))
 	}
-	if err := b.b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg, off: off}), nil); err != nil {
-		return err
-	}
-	if err := b.b.Commit(pebble.NoSync); err != nil {
+	if err := b.commit(watermark{seg: seg, off: off}); err != nil {
 		return fmt.Errorf("index segment %d: %w", seg, err)
 	}
 	s.addDelta(d)

@@ -62,8 +62,10 @@ type entry struct {
 // watermark is a position in the log: segment id and byte offset.
 type watermark struct{ seg, off uint64 }
 
-func entryKey(k Key) []byte {
-	b := make([]byte, entryKeyBytes)
+func entryKey(k Key) []byte { return putEntryKey(make([]byte, entryKeyBytes), k) }
+
+// putEntryKey writes k's index key into b (entryKeyBytes long).
+func putEntryKey(b []byte, k Key) []byte {
 	b[0] = entryPrefix
 	binary.BigEndian.PutUint64(b[1:], k.Vol)
 	binary.BigEndian.PutUint64(b[9:], k.Block)
@@ -131,13 +133,9 @@ func decodeWatermark(b []byte) (watermark, error) {
 	return watermark{seg: binary.LittleEndian.Uint64(b[1:]), off: binary.LittleEndian.Uint64(b[9:])}, nil
 }
 
-// getFunc reads one pebble key from a DB. The func it returns releases
-// the value.
-type getFunc func(key []byte) ([]byte, func() error, error)
-
-// getEntry reads the index entry of key k through get.
-func getEntry(get getFunc, k Key) (entry, bool, error) {
-	v, closer, err := get(entryKey(k))
+// getEntry reads the index entry of key k from db.
+func getEntry(db *pebble.DB, k Key) (entry, bool, error) {
+	v, closer, err := db.Get(entryKey(k))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return entry{}, false, nil
 	}
@@ -145,23 +143,13 @@ func getEntry(get getFunc, k Key) (entry, bool, error) {
 		return entry{}, false, fmt.Errorf("index get %v: %w", k, err)
 	}
 	e, err := decodeEntry(v)
-	if cerr := closer(); err == nil {
+	if cerr := closer.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return entry{}, false, fmt.Errorf("index get %v: %w", k, err)
 	}
 	return e, true, nil
-}
-
-func dbGetter(db *pebble.DB) getFunc {
-	return func(k []byte) ([]byte, func() error, error) {
-		v, c, err := db.Get(k)
-		if err != nil {
-			return nil, nil, err
-		}
-		return v, c.Close, nil
-	}
 }
 
 // compareKeys orders keys as the index does: (vol, block, gen).
@@ -190,9 +178,10 @@ func lookupEntries(db *pebble.DB, keys []Key, found func(i int, e entry) error) 
 		return err
 	}
 	var ferr error
+	var kb [entryKeyBytes]byte
 	valid := it.First()
 	for i := 0; i < len(keys) && valid && ferr == nil; i++ {
-		k := entryKey(keys[i])
+		k := putEntryKey(kb[:], keys[i])
 		if c := bytes.Compare(it.Key(), k); c < 0 {
 			// The iterator is behind: one step usually reaches k (keys
 			// present side by side), else seek.
@@ -238,21 +227,31 @@ func newIndexBatch(db *pebble.DB) *indexBatch {
 
 func (ib *indexBatch) Close() error { return ib.b.Close() }
 
+// commit commits the batch with the watermark w, without fsync.
+func (ib *indexBatch) commit(w watermark) error {
+	if err := ib.b.Set(watermarkKey, appendWatermark(nil, w), nil); err != nil {
+		return err
+	}
+	return ib.b.Commit(pebble.NoSync)
+}
+
 // prefetch looks up the DB's entries of the keys the records change.
-func (ib *indexBatch) prefetch(hs []header, recs [][]byte) error {
-	keys := make([]Key, 0, len(hs))
-	for i, h := range hs {
-		k, ok := recordKey(h, recs[i])
-		if !ok {
-			continue
+func (ib *indexBatch) prefetch(groups ...[]scanned) error {
+	var keys []Key
+	for _, recs := range groups {
+		for _, r := range recs {
+			k, ok := recordKey(r.h, r.rec)
+			if !ok {
+				continue
+			}
+			if _, done := ib.base[k]; done {
+				continue
+			}
+			if _, done := ib.own[k]; done {
+				continue
+			}
+			keys = append(keys, k)
 		}
-		if _, done := ib.base[k]; done {
-			continue
-		}
-		if _, done := ib.own[k]; done {
-			continue
-		}
-		keys = append(keys, k)
 	}
 	slices.SortFunc(keys, compareKeys)
 	keys = slices.Compact(keys)
@@ -288,7 +287,7 @@ func (ib *indexBatch) get(k Key) (entry, bool, error) {
 	if l, ok := ib.base[k]; ok {
 		return l.e, l.ok, nil
 	}
-	e, ok, err := getEntry(dbGetter(ib.db), k) // not prefetched
+	e, ok, err := getEntry(ib.db, k) // not prefetched
 	if err == nil {
 		ib.base[k] = dbLookup{e: e, ok: ok}
 	}

@@ -189,11 +189,7 @@ func (s *Store) replaySegment(seg *segment, from int64, isHead bool) error {
 	defer ib.Close()
 	d := newDelta()
 	res, err := scanSegment(b, from, func(recs []scanned) error {
-		hs, rs := make([]header, len(recs)), make([][]byte, len(recs))
-		for i, r := range recs {
-			hs[i], rs[i] = r.h, r.rec
-		}
-		if err := ib.prefetch(hs, rs); err != nil {
+		if err := ib.prefetch(recs); err != nil {
 			return err
 		}
 		for _, r := range recs {
@@ -206,8 +202,7 @@ func (s *Store) replaySegment(seg *segment, from int64, isHead bool) error {
 	if err != nil {
 		return fmt.Errorf("replay segment %d: %w", seg.id, err)
 	}
-	ib.b.Set(watermarkKey, appendWatermark(nil, watermark{seg: seg.id, off: uint64(res.end)}), nil)
-	if err := ib.b.Commit(pebble.NoSync); err != nil {
+	if err := ib.commit(watermark{seg: seg.id, off: uint64(res.end)}); err != nil {
 		return fmt.Errorf("replay segment %d: %w", seg.id, err)
 	}
 	s.logScan(seg.id, from, size, res)

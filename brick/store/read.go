@@ -22,7 +22,7 @@ func (s *Store) Get(key Key) ([]byte, Entry, error) {
 	if s.mu.closed {
 		return nil, Entry{}, ErrClosed
 	}
-	e, ok, err := getEntry(dbGetter(s.db), key)
+	e, ok, err := getEntry(s.db, key)
 	if err != nil {
 		return nil, Entry{}, err
 	}
