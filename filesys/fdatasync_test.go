@@ -98,6 +98,19 @@ func TestFdatasync(t *testing.T) {
 		t.Error("fdatasync of an inline file wrote no log batch")
 	}
 
+	// A directory's entries are its data: a new entry makes fdatasync of
+	// the directory write the log.
+	before = dev.logWrites.Load()
+	if _, err := a.Create(ctx, RootIno, "later", 0o644, Caller{}, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Fsync(ctx, RootIno, true); err != nil {
+		t.Fatal(err)
+	}
+	if dev.logWrites.Load() == before {
+		t.Error("fdatasync of a directory after a create wrote no log batch")
+	}
+
 	// Crash: a's cache is lost; b replays a's log.
 	close(a.stop)
 	a.flusher.Wait()
@@ -119,6 +132,9 @@ func TestFdatasync(t *testing.T) {
 	}
 	if n, err := b.Read(ctx, small.Ino, small.Gen, buf[:4], 0); err != nil || n != 4 || string(buf[:4]) != "TINY" {
 		t.Fatalf("after the crash the inline file reads %q (err %v), want TINY", buf[:n], err)
+	}
+	if _, err := b.Lookup(ctx, RootIno, "later"); err != nil {
+		t.Fatalf("after the crash the entry fdatasync'd with its directory is gone: %v", err)
 	}
 	b.Close(ctx)
 }

@@ -374,7 +374,9 @@ func (fs *FS) Flush(ino uint64) error {
 // crash the file reads the new bytes with its earlier times. Every data
 // exposure of ino changes its inode block, which the cache keeps with the
 // LSN of its last exposing change until it is written back, and write-back
-// comes after the log is durable.
+// comes after the log is durable. A directory is no exception: every change
+// of its entries also sets its times in a transaction that is not
+// hidesData, so any pending entry change makes the log write happen.
 func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
 	if dataOnly {
 		if err := fs.failed(); err != nil {

@@ -112,9 +112,7 @@ func (d *dirHandle) fetch(ctx context.Context) (en syscall.Errno) {
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) (en syscall.Errno) {
 	defer d.n.m.stats.done("fsyncdir", time.Now(), &en)
-	// Always a full sync: fdatasync's shortcut (only the data of
-	// overwrites) is for regular files.
-	return d.n.errno("fsyncdir", d.n.m.fsys.Fsync(opCtx(ctx), d.n.ino(), false))
+	return d.n.errno("fsyncdir", d.n.m.fsys.Fsync(opCtx(ctx), d.n.ino(), flags&fsyncDataOnly != 0))
 }
 
 func (d *dirHandle) Releasedir(context.Context, uint32) {}
