@@ -27,6 +27,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 )
 
 // Errors returned (wrapped) by Volume methods; test with errors.Is.
@@ -123,6 +124,15 @@ func (v *Volume) refresh(ctx context.Context, minEpoch uint64) error {
 }
 
 func (v *Volume) brick(m *clustermap.Map, name string) (pb.BrickClient, error) {
+	c, err := v.brickConn(m, name)
+	if err != nil {
+		return nil, err
+	}
+	return pb.NewBrickClient(c), nil
+}
+
+// brickConn returns the connection to brick name.
+func (v *Volume) brickConn(m *clustermap.Map, name string) (*grpc.ClientConn, error) {
 	b := m.Brick(name)
 	if b == nil {
 		return nil, status.Errorf(codes.Unavailable, "brick %s not in map", name)
@@ -137,7 +147,7 @@ func (v *Volume) brick(m *clustermap.Map, name string) (pb.BrickClient, error) {
 		}
 		v.mu.conns[b.Addr] = c
 	}
-	return pb.NewBrickClient(c), nil
+	return c, nil
 }
 
 // piece is the part of a request that falls in one chunk.
@@ -219,6 +229,9 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off uint64) error {
 	return v.ReadSnapshotAt(ctx, "", p, off)
 }
 
+// readDataField is ReadResponse's data field.
+var readDataField = (&pb.ReadResponse{}).ProtoReflect().Descriptor().Fields().ByName("data").Number()
+
 // ReadSnapshotAt reads as of the named snapshot ("" = the live volume).
 func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) (err error) {
 	defer v.stats.done(opRead, time.Now(), len(p), &err)
@@ -232,18 +245,21 @@ func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off 
 	}
 	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
 		pg := vol.PGOf(pc.off)
-		cl, err := v.brick(m, vol.PGs[pg].Primary())
+		c, err := v.brickConn(m, vol.PGs[pg].Primary())
 		if err != nil {
 			return err
 		}
-		r, err := cl.Read(ctx, &pb.ReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Length: uint32(len(pc.buf)), Snapshot: snap})
-		if err != nil {
+		// The reply's data is decoded straight into the caller's buffer.
+		// An attempt that fails may have written some of it; the next
+		// one writes all of it again.
+		r := &rpcbuf.Into{Msg: &pb.ReadResponse{}, Field: readDataField, Dst: pc.buf}
+		req := &pb.ReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Length: uint32(len(pc.buf)), Snapshot: snap}
+		if err := c.Invoke(ctx, pb.Brick_Read_FullMethodName, req, r); err != nil {
 			return err
 		}
-		if len(r.Data) != len(pc.buf) {
-			return status.Errorf(codes.Unavailable, "brick returned %d bytes for %d", len(r.Data), len(pc.buf))
+		if r.N != len(pc.buf) {
+			return status.Errorf(codes.Unavailable, "brick returned %d bytes for %d", r.N, len(pc.buf))
 		}
-		copy(pc.buf, r.Data)
 		return nil
 	})
 }

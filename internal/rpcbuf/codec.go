@@ -47,6 +47,9 @@ func (codec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (codec) Unmarshal(data mem.BufferSlice, v any) error {
+	if in, ok := v.(*Into); ok {
+		return in.decode(data)
+	}
 	m := messageOf(v)
 	if m == nil {
 		return fmt.Errorf("proto: cannot unmarshal into %T: not a proto.Message", v)

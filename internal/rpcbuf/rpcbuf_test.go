@@ -6,6 +6,8 @@ import (
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
@@ -78,4 +80,90 @@ func TestCodecRoundTrip(t *testing.T) {
 	if _, err := (codec{}).Marshal("not a message"); err == nil {
 		t.Fatal("Marshal of a string: no error")
 	}
+}
+
+// frames cuts b into buffers at the given cut points (as gRPC's frames).
+func frames(b []byte, cuts []byte) mem.BufferSlice {
+	var out mem.BufferSlice
+	for i := 0; len(b) > 0; i++ {
+		k := len(b)
+		if i < len(cuts) {
+			k = min(k, int(cuts[i])%17+1)
+		}
+		out = append(out, mem.SliceBuffer(b[:k:k]))
+		b = b[k:]
+	}
+	return out
+}
+
+// checkInto decodes msg (cut at cuts) with Into and the usual way, and
+// fails if they disagree.
+func checkInto(t *testing.T, msg, cuts []byte, dstLen int) {
+	t.Helper()
+	var want pb.WriteRequest
+	wantErr := proto.Unmarshal(msg, &want)
+	in := &Into{Msg: &pb.WriteRequest{}, Field: 5, Dst: make([]byte, dstLen)}
+	err := codec{}.Unmarshal(frames(msg, cuts), in)
+	if (err == nil) != (wantErr == nil) {
+		t.Fatalf("Into: error %v, usual decode: %v", err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	if in.N != len(want.Data) {
+		t.Fatalf("Into: N %d, the field has %d bytes", in.N, len(want.Data))
+	}
+	if in.N <= dstLen && !bytes.Equal(in.Dst[:in.N], want.Data) {
+		t.Fatalf("Into: field bytes differ")
+	}
+	got := in.Msg.(*pb.WriteRequest)
+	if len(got.Data) != 0 {
+		t.Fatalf("Into: Msg kept the field (%d bytes)", len(got.Data))
+	}
+	want.Data = nil
+	if !proto.Equal(got, &want) {
+		t.Fatalf("Into: other fields differ: %v, want %v", got, &want)
+	}
+}
+
+func TestInto(t *testing.T) {
+	data := make([]byte, 100_000)
+	for i := range data {
+		data[i] = byte(i * 13)
+	}
+	full, err := proto.Marshal(&pb.WriteRequest{MapEpoch: 7, Vol: 1<<40 + 3, Pg: 9, Offset: 1 << 33, Data: data, Writer: &pb.Writer{Id: "n1", Epoch: 5}, Reserved: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cuts := range [][]byte{nil, {0}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, bytes.Repeat([]byte{16}, 10000)} {
+		checkInto(t, full, cuts, len(data))
+		checkInto(t, full, cuts, len(data)-1) // too small: nothing copied, N says so
+		for _, k := range []int{1, 5, 20, len(full) - 1} {
+			checkInto(t, full[:k], cuts, len(data)) // truncated: an error, as proto
+		}
+	}
+	// The field twice: the last one wins, as in proto.
+	twice := protowire.AppendBytes(protowire.AppendTag(full, 5, protowire.BytesType), []byte("last"))
+	checkInto(t, twice, []byte{3, 3, 3}, len(data))
+	// Through gRPC's frames as sent: the reply of a chunk read.
+	bs, err := codec{}.Marshal(&pb.ReadResponse{Data: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := bs.Materialize()
+	in := &Into{Msg: &pb.ReadResponse{}, Field: 1, Dst: make([]byte, len(data))}
+	if err := (codec{}).Unmarshal(frames(flat, bytes.Repeat([]byte{255}, 100)), in); err != nil || in.N != len(data) || !bytes.Equal(in.Dst, data) {
+		t.Fatalf("chunk read reply: err %v, N %d", err, in.N)
+	}
+}
+
+func FuzzInto(f *testing.F) {
+	full, _ := proto.Marshal(&pb.WriteRequest{MapEpoch: 1, Data: []byte("0123456789abcdef"), Writer: &pb.Writer{Id: "x"}})
+	f.Add(full, []byte{1, 2, 3}, uint8(16))
+	f.Add(full[:7], []byte{0}, uint8(3))
+	f.Add([]byte{0x2a, 0x80}, []byte{}, uint8(0))
+	f.Add([]byte{0x2b, 0x2c}, []byte{1}, uint8(0)) // a group
+	f.Fuzz(func(t *testing.T, msg, cuts []byte, dstLen uint8) {
+		checkInto(t, msg, cuts, int(dstLen))
+	})
 }
