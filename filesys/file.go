@@ -53,7 +53,10 @@ func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (
 		}
 		return n, nil
 	}
-	if err := fs.readPages(ctx, ino, p[:n], off); err != nil {
+	// This node's writes to the file need not wait for the volume read:
+	// the cluster lock stays pinned, the local one is given up before it
+	// (readPages; the page cache's fill check covers its pages).
+	if err := fs.readPages(ctx, ino, p[:n], off, h.unlockLocal); err != nil {
 		return 0, err
 	}
 	return n, nil
@@ -61,15 +64,28 @@ func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (
 
 // readPages fills p from offset off of extent file ino through the data
 // cache; the caller holds ino's lock. A page read from the volume is cached
-// whole (64 KiB: bytes past the size are never returned).
-func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) error {
+// whole (64 KiB: bytes past the size are never returned). Before its
+// first volume read it calls unlock (if not nil), which gives up the local
+// side of the caller's lock: from then on this node's writes to the file
+// may run, and what it reads is returned but cached only if none did
+// (pageCache.putFilled). Such a write overlaps the Read in time, so
+// either content is a correct answer; the kernel does not send a WRITE
+// for a page while a READ of it is under way (it holds the page locked),
+// and other nodes cannot write meanwhile (the cluster lock is pinned).
+func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64, unlock func()) error {
+	if unlock == nil {
+		unlock = func() {}
+	}
 	if fs.pages.max == 0 {
 		fs.data.settle(ino) // this node's writes still under way
+		unlock()
 		if err := fs.cfg.Dev.ReadAt(ctx, p, layout.ExtentAddr(ino)+off); err != nil {
 			return fs.ioError("read file data", layout.ExtentAddr(ino)+off, err)
 		}
 		return nil
 	}
+	fill := fs.pages.beginFill(ino) // while ino's lock is held
+	defer fs.pages.endFill(fill)
 	for len(p) > 0 {
 		idx, in := off/pageBytes, int(off%pageBytes)
 		n := min(len(p), pageBytes-in)
@@ -84,9 +100,10 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) e
 			pages++
 		}
 		// This node's writes to these pages still under way; writes to
-		// other pages of the file need not be waited for (the caller
-		// holds the inode's lock: none starts meanwhile).
+		// other pages of the file need not be waited for. Writes that
+		// start after unlock overlap this Read (see above).
 		fs.data.settleRange(ino, idx*pageBytes, (idx+uint64(pages))*pageBytes)
+		unlock()
 		buf := make([]byte, pages*pageBytes)
 		addr := layout.ExtentAddr(ino) + idx*pageBytes
 		if err := fs.cfg.Dev.ReadAt(ctx, buf, addr); err != nil {
@@ -96,7 +113,7 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64) e
 			pg := buf[i*pageBytes : (i+1)*pageBytes : (i+1)*pageBytes]
 			m := min(len(p), pageBytes-in)
 			copy(p[:m], pg[in:])
-			fs.pages.put(ino, idx+uint64(i), pg)
+			fs.pages.putFilled(fill, idx+uint64(i), pg)
 			p, off, in = p[m:], off+uint64(m), 0
 		}
 	}

@@ -59,8 +59,9 @@ func w(id uint64) want { return want{id, lock.Write} }
 
 // held is a set of locks an operation holds; release gives them back.
 type held struct {
-	fs    *FS
-	locks []want
+	fs       *FS
+	locks    []want
+	unlocked bool // unlockLocal was called: no more locks may be added
 }
 
 // acquire takes the cluster lock and then the local lock of each wanted
@@ -92,6 +93,9 @@ func (fs *FS) acquire(ctx context.Context, ws ...want) (*held, error) {
 // add takes one more lock. Callers outside acquire must know that taking
 // it out of order cannot deadlock (see allocInode).
 func (h *held) add(ctx context.Context, x want) error {
+	if h.unlocked {
+		panic("filesys: a lock added after unlockLocal")
+	}
 	fs := h.fs
 	if err := fs.cfg.Locker.Acquire(ctx, fs.cfg.Table, x.id, x.mode); err != nil {
 		return fs.lockError(x.id, err)
@@ -131,6 +135,23 @@ func (h *held) tryAdd(ctx context.Context, id uint64, wait time.Duration) (bool,
 }
 
 func (h *held) release() {
+	h.unlockLocal()
+	for i := len(h.locks) - 1; i >= 0; i-- {
+		x := h.locks[i]
+		h.fs.cfg.Locker.Unpin(h.fs.cfg.Table, x.id, x.mode)
+	}
+	h.locks = nil
+}
+
+// unlockLocal gives up the local side of every lock h holds and keeps the
+// cluster pins: the node keeps the locks in their modes (the clerk calls
+// Revoke only once release unpins them), but other operations of this
+// node may take them meanwhile. release then only unpins.
+func (h *held) unlockLocal() {
+	if h.unlocked {
+		return
+	}
+	h.unlocked = true
 	fs := h.fs
 	for i := len(h.locks) - 1; i >= 0; i-- {
 		x := h.locks[i]
@@ -142,9 +163,7 @@ func (h *held) release() {
 		}
 		fs.locks.put(x.id)
 		fs.locks.put(x.id)
-		fs.cfg.Locker.Unpin(fs.cfg.Table, x.id, x.mode)
 	}
-	h.locks = nil
 }
 
 func (fs *FS) lockError(id uint64, err error) error {

@@ -23,6 +23,15 @@ import (
 // cached (the bytes also go to the volume, written behind), so reads here
 // see it at once. Nothing dirty is kept: write-behind (data.go) owns the
 // bytes until the volume has them.
+//
+// A Read gives up the local side of ino's lock during its volume read
+// (FS.Read), so that this node's writes to the file do not wait for it;
+// the node keeps the cluster lock pinned (no revoke meanwhile). A Write or
+// a drop may then change ino's pages while the read's bytes are on their
+// way: the read registers itself (beginFill, while it still holds the
+// lock) and its pages are cached only if nothing changed ino's bytes
+// here since (putFilled); otherwise they are returned to the caller and
+// not cached.
 type pageCache struct {
 	mu    sync.Mutex
 	max   int64 // bytes; 0: no cache
@@ -30,6 +39,7 @@ type pageCache struct {
 	pages map[pageKey]*list.Element // of *cpage
 	lru   list.List                 // front: most recently used
 	byIno map[uint64]map[uint64]*list.Element
+	fills map[uint64]*pageFill // inodes with reads from the volume under way
 
 	hits, misses prometheus.Counter
 	size         prometheus.Gauge
@@ -41,6 +51,19 @@ const pageBytes = 64 << 10
 
 type pageKey struct{ ino, idx uint64 }
 
+// pageFill counts the changes to an inode's bytes made here while reads of
+// it from the volume are under way.
+type pageFill struct {
+	readers int
+	changes uint64
+}
+
+// fillToken is what a read noted at beginFill.
+type fillToken struct {
+	ino     uint64
+	changes uint64
+}
+
 type cpage struct {
 	key  pageKey
 	data []byte // pageBytes
@@ -50,6 +73,7 @@ func (c *pageCache) init(max int64, s *stats) {
 	c.max = max
 	c.pages = map[pageKey]*list.Element{}
 	c.byIno = map[uint64]map[uint64]*list.Element{}
+	c.fills = map[uint64]*pageFill{}
 	c.hits, c.misses, c.size = s.pageHits, s.pageMisses, s.pageBytes
 }
 
@@ -81,14 +105,58 @@ func (c *pageCache) has(ino, idx uint64) bool {
 	return c.pages[pageKey{ino, idx}] != nil
 }
 
-// put caches data (pageBytes, owned by the cache from now on) as page
-// (ino, idx), unless it is cached already.
-func (c *pageCache) put(ino, idx uint64, data []byte) {
+// beginFill registers a read of ino's pages from the volume; the caller
+// holds ino's lock, and calls endFill when done.
+func (c *pageCache) beginFill(ino uint64) fillToken {
+	if c.max == 0 {
+		return fillToken{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := c.fills[ino]
+	if f == nil {
+		f = &pageFill{}
+		c.fills[ino] = f
+	}
+	f.readers++
+	return fillToken{ino: ino, changes: f.changes}
+}
+
+// endFill ends what beginFill began.
+func (c *pageCache) endFill(t fillToken) {
 	if c.max == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if f := c.fills[t.ino]; f != nil {
+		if f.readers--; f.readers == 0 {
+			delete(c.fills, t.ino)
+		}
+	}
+}
+
+// changedLocked notes a change to ino's bytes for the reads under way.
+func (c *pageCache) changedLocked(ino uint64) {
+	if f := c.fills[ino]; f != nil {
+		f.changes++
+	}
+}
+
+// putFilled caches data (pageBytes, owned by the cache from now on) as
+// page idx of the inode t was taken for, unless it is cached already or
+// the inode's bytes changed here since beginFill (the data may be older
+// than the change).
+func (c *pageCache) putFilled(t fillToken, idx uint64, data []byte) {
+	if c.max == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f := c.fills[t.ino]; f == nil || f.changes != t.changes {
+		return
+	}
+	ino := t.ino
 	k := pageKey{ino, idx}
 	if c.pages[k] != nil {
 		return
@@ -116,6 +184,7 @@ func (c *pageCache) write(ino uint64, p []byte, off uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.changedLocked(ino)
 	m := c.byIno[ino]
 	if len(m) == 0 {
 		return
@@ -137,6 +206,7 @@ func (c *pageCache) drop(ino uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.changedLocked(ino)
 	for _, e := range c.byIno[ino] {
 		c.removeLocked(e)
 	}

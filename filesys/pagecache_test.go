@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
@@ -84,8 +85,13 @@ func TestDataCache(t *testing.T) {
 func TestDataCacheBounded(t *testing.T) {
 	var c pageCache
 	c.init(3*pageBytes, newStats(nil, "bounded"))
+	fill := c.beginFill(7)
 	for i := range uint64(5) {
-		c.put(7, i, make([]byte, pageBytes))
+		c.putFilled(fill, i, make([]byte, pageBytes))
+	}
+	c.endFill(fill)
+	if len(c.fills) != 0 {
+		t.Fatalf("%d fills left after endFill", len(c.fills))
 	}
 	if c.bytes != 3*pageBytes || len(c.pages) != 3 {
 		t.Fatalf("%d bytes in %d pages, want 3 pages", c.bytes, len(c.pages))
@@ -99,5 +105,93 @@ func TestDataCacheBounded(t *testing.T) {
 	c.drop(7)
 	if c.bytes != 0 || len(c.pages) != 0 || len(c.byIno) != 0 {
 		t.Errorf("after drop: %d bytes, %d pages, %d inodes", c.bytes, len(c.pages), len(c.byIno))
+	}
+}
+
+// gatedDevice holds every volume read of [from, to) until gate is closed,
+// after telling reached (buffered, one message).
+type gatedDevice struct {
+	*memDevice
+	from, to uint64
+	reached  chan struct{}
+	gate     chan struct{}
+}
+
+func (d gatedDevice) ReadAt(ctx context.Context, p []byte, off uint64) error {
+	if d.from <= off && off < d.to {
+		select {
+		case d.reached <- struct{}{}:
+		default: // told already
+		}
+		<-d.gate
+	}
+	return d.memDevice.ReadAt(ctx, p, off)
+}
+
+// TestReadDoesNotHoldWrites: a read waiting for the volume does not keep a
+// write to the same file on this node waiting, and the bytes it read
+// before that write are not cached over it. Fails if Read keeps the local
+// lock across its volume read (the write times out) or caches its pages
+// regardless (the second read returns the old bytes).
+func TestReadDoesNotHoldWrites(t *testing.T) {
+	ctx := context.Background()
+	mem := formatted(t)
+	fs, err := Open(ctx, Config{Dev: mem, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.Repeat([]byte("o"), 2*pageBytes)
+	if _, err := fs.Write(ctx, a.Ino, a.Gen, old, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Close(ctx); err != nil { // nothing cached
+		t.Fatal(err)
+	}
+	dev := gatedDevice{memDevice: mem, from: layout.ExtentAddr(a.Ino), to: layout.ExtentAddr(a.Ino) + layout.ExtentBytes,
+		reached: make(chan struct{}, 1), gate: make(chan struct{})}
+	fs, err = Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	got := make(chan []byte, 1)
+	go func() {
+		p := make([]byte, 2*pageBytes)
+		n, err := fs.Read(ctx, a.Ino, a.Gen, p, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- p[:n]
+	}()
+	<-dev.reached // the read waits for the volume
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := fs.Write(ctx, a.Ino, a.Gen, []byte("new"), 10, false)
+		wrote <- err
+	}()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(dev.gate)
+		t.Fatal("a write waited for a read's volume read of the same file")
+	}
+	close(dev.gate)
+	if p := <-got; !bytes.Equal(p, old) && !bytes.Equal(p[:13], append(bytes.Repeat([]byte("o"), 10), "new"...)) {
+		t.Fatalf("the overlapping read returned neither the old nor the new bytes")
+	}
+	// Later reads go to the volume (the gate is open) or the cache, and
+	// must see the write.
+	want := append(append(bytes.Repeat([]byte("o"), 10), "new"...), old[13:]...)
+	p := make([]byte, 2*pageBytes)
+	n, err := fs.Read(ctx, a.Ino, a.Gen, p, 0)
+	if err != nil || !bytes.Equal(p[:n], want) {
+		t.Fatalf("read after the write: %d bytes, %v; content differs (stale page cached): %v", n, err, !bytes.Equal(p[:n], want))
 	}
 }
