@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -52,6 +54,42 @@ func BenchmarkCommit4K(b *testing.B) {
 			for i := range b.N {
 				op := Op{Kind: OpPut, Key: Key{Vol: 1, Block: uint64(i)}, Seq: 1, Data: data}
 				if err := s.Apply(context.Background(), []Op{op}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkMetasRandom: index lookups of random keys, as random 4 KiB
+// writes make them (a backup's filterNewer, the committer's lookup of the
+// entries it replaces), in a store of 64Ki blocks whose index is in
+// tables; half the keys looked up are present.
+func BenchmarkMetasRandom(b *testing.B) {
+	s := openT(b, b.TempDir(), Options{})
+	data := make([]byte, limits.BlockBytes)
+	const blocks = 64 << 10
+	for lo := uint64(0); lo < blocks; lo += 256 {
+		ops := make([]Op, 0, 256)
+		for blk := lo; blk < lo+256; blk++ {
+			ops = append(ops, Op{Kind: OpPut, Key: Key{Vol: 1, Block: 2 * blk}, Seq: 1, Data: data})
+		}
+		if err := s.Apply(context.Background(), ops); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{1, 16} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			keys := make([]Key, n)
+			for b.Loop() {
+				for i := range keys {
+					keys[i] = Key{Vol: 1, Block: rng.Uint64N(2 * blocks)}
+				}
+				if _, err := s.Metas(keys); err != nil {
 					b.Fatal(err)
 				}
 			}

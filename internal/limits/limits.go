@@ -43,6 +43,9 @@ const (
 	// handler runs, what one client makes a brick hold is at most this
 	// many requests (a chunk each, 1 MiB by default).
 	RPCStreamsPerConnMax = 256
+	// RPCStreamWorkers is how many goroutines a node's gRPC server keeps
+	// to serve requests (more run on goroutines of their own).
+	RPCStreamWorkers = 32
 
 	// VolumeNameBytesMax bounds volume, snapshot, brick and member names.
 	NameBytesMax = 128
