@@ -53,11 +53,19 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		gen = g
 	}
 	out := make([]byte, r.Length)
-	blocks, err := s.store.LatestRange(v.ID, lo, hi, gen)
+	// A read of whole blocks (a chunk, a page) lands in out as it is read.
+	var into []byte
+	if r.Offset%limits.BlockBytes == 0 && uint64(r.Length)%limits.BlockBytes == 0 {
+		into = out
+	}
+	blocks, err := s.store.LatestRange(v.ID, lo, hi, gen, into)
 	if err != nil {
 		return nil, storeErr(err, "read")
 	}
 	for _, blk := range blocks {
+		if blk.InDst {
+			continue
+		}
 		data, err := s.checked(ctx, m, v, p, blk.Data, blk.Entry, blk.Err)
 		if err != nil {
 			return nil, err

@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // TestLatestRange: for every range, LatestRange gives what Latest gives for
@@ -47,10 +49,15 @@ func TestLatestRange(t *testing.T) {
 	for _, maxGen := range []uint64{0, 1, 2, 3, ^uint64(0)} {
 		for lo := uint64(0); lo < 80; lo += 7 {
 			hi := lo + 1 + rng.Uint64N(30)
-			got, err := s.LatestRange(7, lo, hi, maxGen)
+			var dst []byte
+			if lo%2 == 1 { // half the ranges read into dst
+				dst = bytes.Repeat([]byte{0xEE}, int(hi-lo)*limits.BlockBytes)
+			}
+			got, err := s.LatestRange(7, lo, hi, maxGen, dst)
 			if err != nil {
 				t.Fatalf("LatestRange(%d, %d, %d): %v", lo, hi, maxGen, err)
 			}
+			checkDst(t, got, dst, lo, hi)
 			i := 0
 			for b := lo; b < hi; b++ {
 				data, e, err := s.Latest(7, b, maxGen)
@@ -77,8 +84,56 @@ func TestLatestRange(t *testing.T) {
 			}
 		}
 	}
-	if _, err := s.LatestRange(7, 0, RangeBlocksMax+1, 0); !errors.Is(err, ErrInvalid) {
+	if _, err := s.LatestRange(7, 0, RangeBlocksMax+1, 0, nil); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("oversized range: %v, want ErrInvalid", err)
+	}
+	if _, err := s.LatestRange(7, 0, 2, 0, make([]byte, limits.BlockBytes)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("dst of the wrong size: %v, want ErrInvalid", err)
+	}
+}
+
+// checkDst checks what LatestRange wrote into dst (nil: nothing to check):
+// blocks read into it (InDst) are their place in dst, at least one run was
+// read that way, and the places of blocks not read into it are untouched
+// (0xEE as the test filled it), unless their read failed.
+func checkDst(t *testing.T, got []Block, dst []byte, lo, hi uint64) {
+	t.Helper()
+	if dst == nil {
+		for _, g := range got {
+			if g.InDst {
+				t.Fatalf("block %d InDst without a dst", g.Entry.Key.Block)
+			}
+		}
+		return
+	}
+	const bs = limits.BlockBytes
+	written := map[uint64]bool{}
+	in := 0
+	for _, g := range got {
+		b := g.Entry.Key.Block
+		place := dst[(b-lo)*bs : (b-lo+1)*bs]
+		switch {
+		case g.InDst:
+			in++
+			written[b] = true
+			if &g.Data[0] != &place[0] || len(g.Data) != bs {
+				t.Fatalf("block %d: InDst but its data is not its place in dst", b)
+			}
+		case g.Err != nil:
+			written[b] = true // undefined
+		}
+	}
+	for b := lo; b < hi; b++ {
+		if !written[b] && !bytes.Equal(dst[(b-lo)*bs:(b-lo+1)*bs], bytes.Repeat([]byte{0xEE}, bs)) {
+			t.Fatalf("block %d not read into dst, but its place was written", b)
+		}
+	}
+	if in == 0 && len(got) > 0 {
+		for _, g := range got {
+			if g.Err == nil && !g.Entry.Tombstone {
+				t.Fatalf("range [%d, %d): no block read into dst", lo, hi)
+			}
+		}
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
@@ -154,10 +155,13 @@ func (s *Store) checkRecord(k Key, e entry, rec []byte) ([]byte, error) {
 // Block is one block of a LatestRange: its newest entry at or below the
 // generation asked for, and its data (nil for a tombstone) or the error
 // Latest would give for it (ErrCorrupt with Entry set: repair that version).
+// InDst: the data was read into LatestRange's dst, at the block's place
+// (Data is that part of dst).
 type Block struct {
 	Entry Entry
 	Data  []byte
 	Err   error
+	InDst bool
 }
 
 // LatestRange is Latest for every block of vol in [blockLo, blockHi) that
@@ -166,9 +170,18 @@ type Block struct {
 // each other in a segment (a batch's blocks do) with one read, so a chunk
 // costs a few system calls instead of two per block. At most
 // RangeBlocksMax blocks.
-func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64) ([]Block, error) {
+//
+// dst, if not nil, holds (blockHi-blockLo) blocks: a run of put records is
+// then read with one preadv, each record's data straight into its block's
+// place in dst and its header aside (Block.InDst), instead of into a new
+// buffer the caller copies from. The bytes of a block whose record fails
+// its checks (Err set) are undefined in dst; other places are not written.
+func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([]Block, error) {
 	if blockHi < blockLo || blockHi-blockLo > RangeBlocksMax {
 		return nil, fmt.Errorf("range [%d, %d) of more than %d blocks: %w", blockLo, blockHi, RangeBlocksMax, ErrInvalid)
+	}
+	if dst != nil && uint64(len(dst)) != (blockHi-blockLo)*limits.BlockBytes {
+		return nil, fmt.Errorf("range [%d, %d) read into %d bytes: %w", blockLo, blockHi, len(dst), ErrInvalid)
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -218,6 +231,21 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64) ([]Block, erro
 			j++
 		}
 		seg := s.mu.segs[f.e.seg]
+		if dst != nil && seg != nil {
+			run := make([]Key, 0, j-i)
+			runEnts := make([]entry, 0, j-i)
+			for _, g := range ents[i:j] {
+				run, runEnts = append(run, g.k), append(runEnts, g.e)
+			}
+			done, err := s.readRunInto(seg, run, runEnts, out[i:j], dst, blockLo)
+			if err != nil {
+				return nil, fmt.Errorf("latest vol %d block %d: read segment %d at %d: %w", vol, f.k.Block, f.e.seg, f.e.off, err)
+			}
+			if done {
+				i = j
+				continue
+			}
+		}
 		var buf []byte
 		if seg != nil {
 			buf = make([]byte, end-f.e.off)
@@ -240,6 +268,88 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64) ([]Block, erro
 		}
 	}
 	return out, nil
+}
+
+// readRunInto reads a run of put records lying side by side in seg (keys
+// ks, entries es) with preadv: each record's header into scratch, its data
+// into its block's place in dst (block blockLo at dst[0]), and checks each
+// as checkRecord does, filling out. It reads nothing and returns false
+// when the run holds other records than puts (moves), seg is not a plain
+// file, or the run passes the segment's end (the caller then reads it as
+// before).
+func (s *Store) readRunInto(seg *segment, ks []Key, es []entry, out []Block, dst []byte, blockLo uint64) (bool, error) {
+	f, ok := seg.f.(interface{ Fd() uintptr })
+	if !ok {
+		return false, nil
+	}
+	for _, e := range es {
+		if e.len != putRecordBytes {
+			return false, nil
+		}
+	}
+	const bs = limits.BlockBytes
+	hdrs := make([]byte, len(ks)*headerBytes)
+	iovs := make([][]byte, 0, 2*len(ks))
+	for i, k := range ks {
+		at := (k.Block - blockLo) * bs
+		iovs = append(iovs, hdrs[i*headerBytes:(i+1)*headerBytes], dst[at:at+bs:at+bs])
+	}
+	off := int64(es[0].off)
+	want := len(ks) * putRecordBytes
+	for read := 0; read < want; {
+		batch := iovs[:min(len(iovs), iovMax)]
+		n, err := unix.Preadv(int(f.Fd()), batch, off)
+		if err != nil {
+			return false, err
+		}
+		if n == 0 {
+			return false, nil // past the end: the caller reads record by record
+		}
+		read, off = read+n, off+int64(n)
+		iovs = skipIovs(iovs, n)
+	}
+	for i, k := range ks {
+		at := (k.Block - blockLo) * bs
+		data := dst[at : at+bs : at+bs]
+		out[i] = Block{Entry: Entry{Key: k, Seq: es[i].seq}, Data: data, InDst: true}
+		out[i].Err = s.checkSplit(k, es[i], hdrs[i*headerBytes:(i+1)*headerBytes], data)
+		if out[i].Err != nil {
+			out[i].Data, out[i].InDst = nil, false
+		}
+	}
+	return true, nil
+}
+
+// iovMax is the most buffers one preadv takes (Linux's IOV_MAX).
+const iovMax = 1024
+
+// skipIovs drops the first n bytes of iovs.
+func skipIovs(iovs [][]byte, n int) [][]byte {
+	for n > 0 && len(iovs) > 0 {
+		if n < len(iovs[0]) {
+			iovs[0] = iovs[0][n:]
+			return iovs
+		}
+		n -= len(iovs[0])
+		iovs = iovs[1:]
+	}
+	return iovs
+}
+
+// checkSplit is checkRecord for a put record read as its header and its
+// data apart.
+func (s *Store) checkSplit(k Key, e entry, hdr, data []byte) error {
+	h, err := decodeHeader(hdr)
+	if err != nil {
+		return s.corrupt(k, e, err)
+	}
+	if h.kind != kindPut || h.key() != k || h.seq != e.seq || headerBytes+int(h.dlen) != int(e.len) || len(data) != int(h.dlen) {
+		return s.corrupt(k, e, fmt.Sprintf("record kind %d key %v seq %d disagrees with index", h.kind, h.key(), h.seq))
+	}
+	if !dataValidSplit(hdr, data, h) {
+		return s.corrupt(k, e, errDataCRC)
+	}
+	return nil
 }
 
 func (s *Store) corrupt(k Key, e entry, why any) error {

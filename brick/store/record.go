@@ -190,7 +190,12 @@ func decodeRecord(b []byte) (h header, n int, err error) {
 // dataValid reports whether rec (one whole record with header h) matches
 // its stored crc.
 func dataValid(rec []byte, h header) bool {
-	crc := crc32.Update(crc32.Checksum(rec[:crcOffset], castagnoli), castagnoli, rec[headerBytes:])
+	return dataValidSplit(rec[:headerBytes], rec[headerBytes:], h)
+}
+
+// dataValidSplit is dataValid for a record's header and data apart.
+func dataValidSplit(hdr, data []byte, h header) bool {
+	crc := crc32.Update(crc32.Checksum(hdr[:crcOffset], castagnoli), castagnoli, data)
 	return crc == h.crc
 }
 
