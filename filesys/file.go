@@ -67,8 +67,8 @@ func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (
 // whole (64 KiB: bytes past the size are never returned). Before its
 // first volume read it calls unlock (if not nil), which gives up the local
 // side of the caller's lock: from then on this node's writes to the file
-// may run, and what it reads is returned but cached only if none did
-// (pageCache.putFilled). Such a write overlaps the Read in time, so
+// may run, and what it reads is returned but cached only if none changed
+// the pages it read (pageCache.putFilled). Such a write overlaps the Read in time, so
 // either content is a correct answer; the kernel does not send a WRITE
 // for a page while a READ of it is under way (it holds the page locked),
 // and other nodes cannot write meanwhile (the cluster lock is pinned).
@@ -84,7 +84,8 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64, u
 		}
 		return nil
 	}
-	fill := fs.pages.beginFill(ino) // while ino's lock is held
+	// The pages this read may fetch, registered while ino's lock is held.
+	fill := fs.pages.beginFill(ino, off/pageBytes, (off+uint64(len(p))-1)/pageBytes)
 	defer fs.pages.endFill(fill)
 	for len(p) > 0 {
 		idx, in := off/pageBytes, int(off%pageBytes)

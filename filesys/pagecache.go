@@ -2,6 +2,8 @@ package filesys
 
 import (
 	"container/list"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,10 +30,12 @@ import (
 // (FS.Read), so that this node's writes to the file do not wait for it;
 // the node keeps the cluster lock pinned (no revoke meanwhile). A Write or
 // a drop may then change ino's pages while the read's bytes are on their
-// way: the read registers itself (beginFill, while it still holds the
-// lock) and its pages are cached only if nothing changed ino's bytes
-// here since (putFilled); otherwise they are returned to the caller and
-// not cached.
+// way: the read registers the pages it may fetch (beginFill, while it
+// still holds the lock) and they are cached only if nothing changed those
+// pages here since (putFilled); otherwise they are returned to the caller
+// and not cached. Changes to other pages of the file do not count: with
+// reads and writes of one file at random places, nearly every read would
+// overlap some write.
 type pageCache struct {
 	mu    sync.Mutex
 	max   int64 // bytes; 0: no cache
@@ -39,7 +43,7 @@ type pageCache struct {
 	pages map[pageKey]*list.Element // of *cpage
 	lru   list.List                 // front: most recently used
 	byIno map[uint64]map[uint64]*list.Element
-	fills map[uint64]*pageFill // inodes with reads from the volume under way
+	fills map[uint64][]*pageFill // reads from the volume under way, by inode
 
 	hits, misses prometheus.Counter
 	size         prometheus.Gauge
@@ -51,17 +55,11 @@ const pageBytes = 64 << 10
 
 type pageKey struct{ ino, idx uint64 }
 
-// pageFill counts the changes to an inode's bytes made here while reads of
-// it from the volume are under way.
+// pageFill is a read from the volume under way: the pages it may fetch
+// and whether any of them changed here meanwhile.
 type pageFill struct {
-	readers int
-	changes uint64
-}
-
-// fillToken is what a read noted at beginFill.
-type fillToken struct {
-	ino     uint64
-	changes uint64
+	ino, lo, hi uint64 // pages [lo, hi]
+	changed     bool
 }
 
 type cpage struct {
@@ -73,7 +71,7 @@ func (c *pageCache) init(max int64, s *stats) {
 	c.max = max
 	c.pages = map[pageKey]*list.Element{}
 	c.byIno = map[uint64]map[uint64]*list.Element{}
-	c.fills = map[uint64]*pageFill{}
+	c.fills = map[uint64][]*pageFill{}
 	c.hits, c.misses, c.size = s.pageHits, s.pageMisses, s.pageBytes
 }
 
@@ -105,58 +103,57 @@ func (c *pageCache) has(ino, idx uint64) bool {
 	return c.pages[pageKey{ino, idx}] != nil
 }
 
-// beginFill registers a read of ino's pages from the volume; the caller
-// holds ino's lock, and calls endFill when done.
-func (c *pageCache) beginFill(ino uint64) fillToken {
+// beginFill registers a read of ino's pages [lo, hi] from the volume; the
+// caller holds ino's lock, and calls endFill when done (nil: no cache).
+func (c *pageCache) beginFill(ino, lo, hi uint64) *pageFill {
 	if c.max == 0 {
-		return fillToken{}
+		return nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := c.fills[ino]
-	if f == nil {
-		f = &pageFill{}
-		c.fills[ino] = f
-	}
-	f.readers++
-	return fillToken{ino: ino, changes: f.changes}
+	f := &pageFill{ino: ino, lo: lo, hi: hi}
+	c.fills[ino] = append(c.fills[ino], f)
+	return f
 }
 
 // endFill ends what beginFill began.
-func (c *pageCache) endFill(t fillToken) {
-	if c.max == 0 {
+func (c *pageCache) endFill(f *pageFill) {
+	if f == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.fills[t.ino]; f != nil {
-		if f.readers--; f.readers == 0 {
-			delete(c.fills, t.ino)
+	fs := slices.DeleteFunc(c.fills[f.ino], func(g *pageFill) bool { return g == f })
+	if len(fs) == 0 {
+		delete(c.fills, f.ino)
+	} else {
+		c.fills[f.ino] = fs
+	}
+}
+
+// changedLocked notes a change to ino's pages [lo, hi] for the reads
+// under way.
+func (c *pageCache) changedLocked(ino, lo, hi uint64) {
+	for _, f := range c.fills[ino] {
+		if f.lo <= hi && lo <= f.hi {
+			f.changed = true
 		}
 	}
 }
 
-// changedLocked notes a change to ino's bytes for the reads under way.
-func (c *pageCache) changedLocked(ino uint64) {
-	if f := c.fills[ino]; f != nil {
-		f.changes++
-	}
-}
-
 // putFilled caches data (pageBytes, owned by the cache from now on) as
-// page idx of the inode t was taken for, unless it is cached already or
-// the inode's bytes changed here since beginFill (the data may be older
-// than the change).
-func (c *pageCache) putFilled(t fillToken, idx uint64, data []byte) {
-	if c.max == 0 {
+// page idx of the read f, unless it is cached already or a page of f
+// changed here since beginFill (the data may be older than the change).
+func (c *pageCache) putFilled(f *pageFill, idx uint64, data []byte) {
+	if f == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f := c.fills[t.ino]; f == nil || f.changes != t.changes {
+	if f.changed {
 		return
 	}
-	ino := t.ino
+	ino := f.ino
 	k := pageKey{ino, idx}
 	if c.pages[k] != nil {
 		return
@@ -184,7 +181,9 @@ func (c *pageCache) write(ino uint64, p []byte, off uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.changedLocked(ino)
+	if len(p) > 0 {
+		c.changedLocked(ino, off/pageBytes, (off+uint64(len(p))-1)/pageBytes)
+	}
 	m := c.byIno[ino]
 	if len(m) == 0 {
 		return
@@ -206,7 +205,7 @@ func (c *pageCache) drop(ino uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.changedLocked(ino)
+	c.changedLocked(ino, 0, math.MaxUint64)
 	for _, e := range c.byIno[ino] {
 		c.removeLocked(e)
 	}

@@ -85,7 +85,7 @@ func TestDataCache(t *testing.T) {
 func TestDataCacheBounded(t *testing.T) {
 	var c pageCache
 	c.init(3*pageBytes, newStats(nil, "bounded"))
-	fill := c.beginFill(7)
+	fill := c.beginFill(7, 0, 4)
 	for i := range uint64(5) {
 		c.putFilled(fill, i, make([]byte, pageBytes))
 	}
@@ -193,5 +193,38 @@ func TestReadDoesNotHoldWrites(t *testing.T) {
 	n, err := fs.Read(ctx, a.Ino, a.Gen, p, 0)
 	if err != nil || !bytes.Equal(p[:n], want) {
 		t.Fatalf("read after the write: %d bytes, %v; content differs (stale page cached): %v", n, err, !bytes.Equal(p[:n], want))
+	}
+}
+
+// TestPageFillRanges: a read's pages are cached unless a change here
+// touched one of the pages it may fetch; changes elsewhere in the file do
+// not count (random reads and writes of one file would otherwise never
+// cache anything).
+func TestPageFillRanges(t *testing.T) {
+	var c pageCache
+	c.init(16*pageBytes, newStats(nil, "fills"))
+	cached := func(idx uint64) bool { return c.has(7, idx) }
+	f := c.beginFill(7, 2, 3)
+	c.write(7, []byte("x"), 5*pageBytes) // another page of the file
+	c.write(8, []byte("x"), 2*pageBytes) // another file
+	c.putFilled(f, 2, make([]byte, pageBytes))
+	if !cached(2) {
+		t.Fatal("a change to another page kept a read's page out of the cache")
+	}
+	c.write(7, []byte("xy"), 4*pageBytes-1) // the last byte of page 3
+	c.putFilled(f, 3, make([]byte, pageBytes))
+	if cached(3) {
+		t.Fatal("a page was cached although a write changed it during the read")
+	}
+	c.endFill(f)
+	g := c.beginFill(7, 9, 9)
+	c.drop(7)
+	c.putFilled(g, 9, make([]byte, pageBytes))
+	if cached(9) {
+		t.Fatal("a page was cached although the file's pages were dropped during the read")
+	}
+	c.endFill(g)
+	if len(c.fills) != 0 {
+		t.Fatalf("%d inodes with fills left", len(c.fills))
 	}
 }
