@@ -175,7 +175,10 @@ type Block struct {
 // then read with one preadv, each record's data straight into its block's
 // place in dst and its header aside (Block.InDst), instead of into a new
 // buffer the caller copies from. The bytes of a block whose record fails
-// its checks (Err set) are undefined in dst; other places are not written.
+// its checks (Err set) are undefined in dst. Places of blocks not read
+// into dst are not written, except when a run could be read only in part
+// (it passes its segment's end): its blocks then come back as without
+// dst, over whatever the part read left in their places.
 func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([]Block, error) {
 	if blockHi < blockLo || blockHi-blockLo > RangeBlocksMax {
 		return nil, fmt.Errorf("range [%d, %d) of more than %d blocks: %w", blockLo, blockHi, RangeBlocksMax, ErrInvalid)

@@ -34,7 +34,7 @@ var errTruncated = errors.New("proto: message truncated")
 // decode reads the message from data without reassembling it.
 func (in *Into) decode(data mem.BufferSlice) error {
 	r := frameReader{bufs: data, left: data.Len()}
-	var rest []byte // every other field, re-encoded, for proto.Unmarshal
+	var rest []byte // every other field as it came, for proto.Unmarshal
 	type span struct{ start, n int }
 	var last *span // the field's last occurrence: offset in the message, length
 	for r.left > 0 {
