@@ -64,18 +64,16 @@ func (fs *FS) Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (
 
 // readPages fills p from offset off of extent file ino through the data
 // cache; the caller holds ino's lock. A page read from the volume is cached
-// whole (64 KiB: bytes past the size are never returned). Before its
-// first volume read it calls unlock (if not nil), which gives up the local
-// side of the caller's lock: from then on this node's writes to the file
-// may run, and what it reads is returned but cached only if none changed
-// the pages it read (pageCache.putFilled). Such a write overlaps the Read in time, so
-// either content is a correct answer; the kernel does not send a WRITE
-// for a page while a READ of it is under way (it holds the page locked),
-// and other nodes cannot write meanwhile (the cluster lock is pinned).
+// whole (64 KiB: bytes past the size are never returned). Before its first
+// volume read it calls unlock (more calls are harmless), which gives up the
+// local side of the caller's lock: from then on this node's writes to the
+// file may run, and what it reads is returned but cached only if none
+// changed the pages it read (pageCache.putFilled). Such a write overlaps
+// the Read in time, so either content is a correct answer; the kernel does
+// not send a WRITE for a page while a READ of it is under way (it holds the
+// page locked), and other nodes cannot write meanwhile (the cluster lock is
+// pinned).
 func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64, unlock func()) error {
-	if unlock == nil {
-		unlock = func() {}
-	}
 	if fs.pages.max == 0 {
 		fs.data.settle(ino) // this node's writes still under way
 		unlock()

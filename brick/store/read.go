@@ -142,12 +142,11 @@ const RangeBlocksMax = limits.ChunkBytesMax / limits.BlockBytes
 // checkRecord checks that rec, read from where entry e of key k says, is
 // that put record whole, and returns its data.
 func (s *Store) checkRecord(k Key, e entry, rec []byte) ([]byte, error) {
-	h, n, err := decodeRecord(rec)
-	if err != nil {
-		return nil, s.corrupt(k, e, err)
+	if len(rec) < headerBytes {
+		return nil, s.corrupt(k, e, errShort)
 	}
-	if h.kind != kindPut || h.key() != k || h.seq != e.seq || n != len(rec) {
-		return nil, s.corrupt(k, e, fmt.Sprintf("record kind %d key %v seq %d disagrees with index", h.kind, h.key(), h.seq))
+	if err := s.checkSplit(k, e, rec[:headerBytes], rec[headerBytes:]); err != nil {
+		return nil, err
 	}
 	return rec[headerBytes:], nil
 }
@@ -162,6 +161,12 @@ type Block struct {
 	Data  []byte
 	Err   error
 	InDst bool
+}
+
+// found is an index entry and its key.
+type found struct {
+	k Key
+	e entry
 }
 
 // LatestRange is Latest for every block of vol in [blockLo, blockHi) that
@@ -194,10 +199,6 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(Key{Vol: vol, Block: blockLo}), UpperBound: entryKey(Key{Vol: vol, Block: blockHi})})
 	if err != nil {
 		return nil, err
-	}
-	type found struct {
-		k Key
-		e entry
 	}
 	var ents []found
 	for ok := it.First(); ok; ok = it.Next() {
@@ -235,12 +236,7 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([
 		}
 		seg := s.mu.segs[f.e.seg]
 		if dst != nil && seg != nil {
-			run := make([]Key, 0, j-i)
-			runEnts := make([]entry, 0, j-i)
-			for _, g := range ents[i:j] {
-				run, runEnts = append(run, g.k), append(runEnts, g.e)
-			}
-			done, err := s.readRunInto(seg, run, runEnts, out[i:j], dst, blockLo)
+			done, err := s.readRunInto(seg, ents[i:j], out[i:j], dst, blockLo)
 			if err != nil {
 				return nil, fmt.Errorf("latest vol %d block %d: read segment %d at %d: %w", vol, f.k.Block, f.e.seg, f.e.off, err)
 			}
@@ -273,50 +269,45 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([
 	return out, nil
 }
 
-// readRunInto reads a run of put records lying side by side in seg (keys
-// ks, entries es) with preadv: each record's header into scratch, its data
-// into its block's place in dst (block blockLo at dst[0]), and checks each
-// as checkRecord does, filling out. It reads nothing and returns false
-// when the run holds other records than puts (moves), seg is not a plain
-// file, or the run passes the segment's end (the caller then reads it as
-// before).
-func (s *Store) readRunInto(seg *segment, ks []Key, es []entry, out []Block, dst []byte, blockLo uint64) (bool, error) {
+// readRunInto reads a run of put records lying side by side in seg with
+// preadv: each record's header into scratch, its data into its block's
+// place in dst (block blockLo at dst[0]), and checks each as checkRecord
+// does, filling out. It returns false when the run holds other records
+// than puts (moves) or seg is not a plain file (nothing read), or when the
+// run passes the segment's end (the caller then reads it as before).
+func (s *Store) readRunInto(seg *segment, run []found, out []Block, dst []byte, blockLo uint64) (bool, error) {
 	f, ok := seg.f.(interface{ Fd() uintptr })
 	if !ok {
 		return false, nil
 	}
-	for _, e := range es {
-		if e.len != putRecordBytes {
+	for _, r := range run {
+		if r.e.len != putRecordBytes {
 			return false, nil
 		}
 	}
 	const bs = limits.BlockBytes
-	hdrs := make([]byte, len(ks)*headerBytes)
-	iovs := make([][]byte, 0, 2*len(ks))
-	for i, k := range ks {
-		at := (k.Block - blockLo) * bs
-		iovs = append(iovs, hdrs[i*headerBytes:(i+1)*headerBytes], dst[at:at+bs:at+bs])
+	place := func(k Key) []byte { at := (k.Block - blockLo) * bs; return dst[at : at+bs : at+bs] }
+	hdrs := make([]byte, len(run)*headerBytes)
+	hdr := func(i int) []byte { return hdrs[i*headerBytes : (i+1)*headerBytes] }
+	iovs := make([][]byte, 0, 2*len(run))
+	for i, r := range run {
+		iovs = append(iovs, hdr(i), place(r.k))
 	}
-	off := int64(es[0].off)
-	want := len(ks) * putRecordBytes
-	for read := 0; read < want; {
-		batch := iovs[:min(len(iovs), iovMax)]
-		n, err := unix.Preadv(int(f.Fd()), batch, off)
+	off := int64(run[0].e.off)
+	for len(iovs) > 0 {
+		n, err := unix.Preadv(int(f.Fd()), iovs[:min(len(iovs), iovMax)], off)
 		if err != nil {
 			return false, err
 		}
 		if n == 0 {
 			return false, nil // past the end: the caller reads record by record
 		}
-		read, off = read+n, off+int64(n)
+		off += int64(n)
 		iovs = skipIovs(iovs, n)
 	}
-	for i, k := range ks {
-		at := (k.Block - blockLo) * bs
-		data := dst[at : at+bs : at+bs]
-		out[i] = Block{Entry: Entry{Key: k, Seq: es[i].seq}, Data: data, InDst: true}
-		out[i].Err = s.checkSplit(k, es[i], hdrs[i*headerBytes:(i+1)*headerBytes], data)
-		if out[i].Err != nil {
+	for i, r := range run {
+		out[i] = Block{Entry: Entry{Key: r.k, Seq: r.e.seq}, Data: place(r.k), InDst: true}
+		if out[i].Err = s.checkSplit(r.k, r.e, hdr(i), out[i].Data); out[i].Err != nil {
 			out[i].Data, out[i].InDst = nil, false
 		}
 	}

@@ -3,6 +3,9 @@ package rpcbuf
 import (
 	"errors"
 	"fmt"
+	"io"
+	"math"
+	"slices"
 
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -19,9 +22,9 @@ import (
 //
 // Every other field is decoded into Msg as usual; Msg's own copy of Field
 // stays empty. N is the field's length as received (its last occurrence,
-// as proto decodes it; 0 if absent): when N > len(Dst) nothing was copied
-// and the caller must treat the reply as wrong. Dst[:N] is written only
-// when the whole message decodes without error.
+// as proto decodes it; 0 if absent): when N > len(Dst) it was not copied
+// and the caller must treat the reply as wrong. Dst[:N] holds the field
+// when decoding succeeds; after an error Dst may hold anything.
 type Into struct {
 	Msg   proto.Message
 	Field protowire.Number
@@ -31,17 +34,18 @@ type Into struct {
 
 var errTruncated = errors.New("proto: message truncated")
 
-// decode reads the message from data without reassembling it.
+// decode reads the message from data without reassembling it, through
+// gRPC's reader over the frames.
 func (in *Into) decode(data mem.BufferSlice) error {
-	r := frameReader{bufs: data, left: data.Len()}
+	r := data.Reader()
+	defer r.Close()
 	var rest []byte // every other field as it came, for proto.Unmarshal
-	type span struct{ start, n int }
-	var last *span // the field's last occurrence: offset in the message, length
-	for r.left > 0 {
+	in.N = 0
+	for r.Remaining() > 0 {
 		// Other fields are kept as they came (unknown ones too), so
 		// the tag and varints are copied, not encoded again.
 		mark := len(rest)
-		tag, rest1, err := r.varint(rest, true)
+		tag, rest1, err := readVarint(r, rest, true)
 		if err != nil {
 			return err
 		}
@@ -49,55 +53,39 @@ func (in *Into) decode(data mem.BufferSlice) error {
 		num, typ := protowire.DecodeTag(tag)
 		switch typ {
 		case protowire.VarintType:
-			if _, rest, err = r.varint(rest, false); err != nil {
-				return err
-			}
-		case protowire.Fixed32Type, protowire.Fixed64Type:
-			n := 4
-			if typ == protowire.Fixed64Type {
-				n = 8
-			}
-			if rest, err = r.appendN(rest, n); err != nil {
-				return err
-			}
+			_, rest, err = readVarint(r, rest, false)
+		case protowire.Fixed32Type:
+			rest, err = readN(r, rest, 4)
+		case protowire.Fixed64Type:
+			rest, err = readN(r, rest, 8)
 		case protowire.BytesType:
-			v, rest1, err := r.varint(rest, false)
-			if err != nil {
+			var v uint64
+			if v, rest, err = readVarint(r, rest, false); err != nil {
 				return err
 			}
-			rest = rest1
-			if v > uint64(r.left) {
+			if v > uint64(r.Remaining()) {
 				return errTruncated
 			}
-			n := int(v)
-			if num == in.Field {
-				rest = rest[:mark]
-				last = &span{r.off(), n}
-				r.skip(n)
-				continue
+			if num != in.Field {
+				rest, err = readN(r, rest, int(v))
+				break
 			}
-			if rest, err = r.appendN(rest, n); err != nil {
-				return err
+			rest, in.N = rest[:mark], int(v) // a later occurrence replaces it
+			if in.N <= len(in.Dst) {
+				_, err = io.ReadFull(r, in.Dst[:in.N])
+			} else {
+				_, err = io.CopyN(io.Discard, r, int64(in.N))
 			}
 		default:
 			// Groups (not in proto3, but valid wire format): decode the
 			// usual way.
 			return in.decodeWhole(data)
 		}
-	}
-	if err := proto.Unmarshal(rest, in.Msg); err != nil {
-		return err
-	}
-	in.N = 0
-	if last != nil {
-		in.N = last.n
-		if last.n <= len(in.Dst) {
-			r := frameReader{bufs: data, left: data.Len()}
-			r.skip(last.start)
-			r.copyTo(in.Dst[:last.n])
+		if err != nil {
+			return err
 		}
 	}
-	return nil
+	return proto.Unmarshal(rest, in.Msg)
 }
 
 // decodeWhole decodes a reassembled copy of the message and moves the
@@ -120,44 +108,21 @@ func (in *Into) decodeWhole(data mem.BufferSlice) error {
 	return nil
 }
 
-// frameReader reads a message across the buffers it arrived in.
-type frameReader struct {
-	bufs mem.BufferSlice
-	i    int    // the buffer being read
-	b    []byte // what is left of it
-	left int    // bytes left in all buffers
-	read int    // bytes read so far
-}
-
-func (r *frameReader) off() int { return r.read }
-
-// cur returns the unread part of the current buffer, moving to the next
-// non-empty one as needed; nil at the end.
-func (r *frameReader) cur() []byte {
-	for len(r.b) == 0 {
-		if r.i >= len(r.bufs) {
-			return nil
+// readVarint reads a varint (a tag when tag is set) with protowire's
+// checks and appends its bytes as they were to dst.
+func readVarint(r *mem.Reader, dst []byte, tag bool) (uint64, []byte, error) {
+	start := len(dst)
+	for {
+		c, err := r.ReadByte()
+		if err != nil {
+			return 0, dst, errTruncated
 		}
-		r.b = r.bufs[r.i].ReadOnlyData()
-		r.i++
+		dst = append(dst, c)
+		if c < 0x80 || len(dst)-start == protowire.SizeVarint(math.MaxUint64) {
+			break
+		}
 	}
-	return r.b
-}
-
-func (r *frameReader) advance(n int) {
-	r.b = r.b[n:]
-	r.left -= n
-	r.read += n
-}
-
-// varint reads a varint (a tag when tag is set) with protowire's checks and
-// appends its bytes as they were to dst.
-func (r *frameReader) varint(dst []byte, tag bool) (uint64, []byte, error) {
-	var scratch [binaryMaxVarint]byte
-	b := r.cur()
-	if len(b) < len(scratch) && len(b) < r.left { // it may span buffers
-		b = scratch[:r.peekInto(scratch[:])]
-	}
+	b := dst[start:]
 	var v uint64
 	var n int
 	if tag {
@@ -169,63 +134,15 @@ func (r *frameReader) varint(dst []byte, tag bool) (uint64, []byte, error) {
 	if n < 0 {
 		return 0, dst, protowire.ParseError(n)
 	}
-	dst = append(dst, b[:n]...)
-	r.skip(n)
 	return v, dst, nil
 }
 
-// binaryMaxVarint is the longest a varint may be.
-const binaryMaxVarint = 10
-
-// peekInto copies the next bytes into p without consuming them; it returns
-// how many it copied.
-func (r *frameReader) peekInto(p []byte) int {
-	save := *r
-	defer func() { *r = save }()
-	n := 0
-	for n < len(p) {
-		c := r.cur()
-		if c == nil {
-			break
-		}
-		k := copy(p[n:], c)
-		r.advance(k)
-		n += k
-	}
-	return n
-}
-
-// skip consumes n bytes (n <= r.left).
-func (r *frameReader) skip(n int) {
-	for n > 0 {
-		c := r.cur()
-		k := min(n, len(c))
-		r.advance(k)
-		n -= k
-	}
-}
-
-// copyTo fills p from the message (len(p) <= r.left).
-func (r *frameReader) copyTo(p []byte) {
-	for len(p) > 0 {
-		c := r.cur()
-		k := copy(p, c)
-		r.advance(k)
-		p = p[k:]
-	}
-}
-
-// appendN appends the next n bytes to dst.
-func (r *frameReader) appendN(dst []byte, n int) ([]byte, error) {
-	if n > r.left {
+// readN appends the next n bytes of r to dst.
+func readN(r *mem.Reader, dst []byte, n int) ([]byte, error) {
+	if n > r.Remaining() {
 		return dst, errTruncated
 	}
-	for n > 0 {
-		c := r.cur()
-		k := min(n, len(c))
-		dst = append(dst, c[:k]...)
-		r.advance(k)
-		n -= k
-	}
-	return dst, nil
+	dst = slices.Grow(dst, n)
+	_, err := io.ReadFull(r, dst[len(dst):len(dst)+n])
+	return dst[:len(dst)+n], err
 }
