@@ -178,11 +178,11 @@ func (s *Server) Replicate(ctx context.Context, r *pb.ReplicateRequest) (*pb.Rep
 	}
 	// The blocks of the change, shared with the PG's other changes
 	// (pglock.go): the primary sends changes to disjoint blocks at once.
-	lo, hi := ^uint64(0), uint64(0)
-	for _, op := range ops {
-		lo, hi = min(lo, op.Key.Block), max(hi, op.Key.Block+1)
+	spans := make([]span, len(ops))
+	for i, op := range ops {
+		spans[i] = span{op.Key.Block, op.Key.Block + 1}
 	}
-	unlock := s.lockBlocks(pgKey{Vol: r.Vol, PG: r.Pg}, lo, hi, true)
+	unlock := s.lockBlocks(pgKey{Vol: r.Vol, PG: r.Pg}, spans, true)
 	defer unlock()
 	if err := s.checkMember(r.Vol, r.Pg, r.Primary, r.MapEpoch); err != nil {
 		return nil, err

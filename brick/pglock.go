@@ -1,12 +1,17 @@
 package brick
 
-import "sync"
+import (
+	"slices"
+	"sync"
+)
 
 // pgLock orders a PG's work at a brick. Whole-PG work (backfill batches,
 // inventories, reconciliation, dropping an orphaned PG) takes the PG
 // exclusively and waits for everything else. Client requests and
 // replicated changes take the PG shared and then a range of its blocks:
 // exclusive for changes, shared for reads. So:
+//   - a request takes a set of block ranges at once (a client's WriteV
+//     gathers writes scattered over the PG), with one ticket;
 //   - changes to disjoint blocks of one PG are under way at once, at the
 //     primary and at the backups, and their store batches share fsyncs (a
 //     PG used to apply one change at a time: 4 KiB random writes ran at
@@ -30,8 +35,50 @@ type pgLock struct {
 }
 
 type blockRange struct {
-	ticket, lo, hi uint64 // blocks [lo, hi)
-	excl           bool
+	ticket uint64
+	spans  []span // sorted, disjoint, not adjacent
+	excl   bool
+}
+
+// span is the blocks [lo, hi) of a PG.
+type span struct{ lo, hi uint64 }
+
+// normalize sorts spans and merges those that overlap or touch (in place).
+func normalize(spans []span) []span {
+	spans = slices.DeleteFunc(spans, func(s span) bool { return s.lo >= s.hi })
+	slices.SortFunc(spans, func(a, b span) int {
+		switch {
+		case a.lo < b.lo:
+			return -1
+		case a.lo > b.lo:
+			return 1
+		}
+		return 0
+	})
+	out := spans[:0]
+	for _, s := range spans {
+		if n := len(out); n > 0 && s.lo <= out[n-1].hi {
+			out[n-1].hi = max(out[n-1].hi, s.hi)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// overlap reports whether two normalized span lists share a block.
+func overlap(a, b []span) bool {
+	for len(a) > 0 && len(b) > 0 {
+		switch {
+		case a[0].hi <= b[0].lo:
+			a = a[1:]
+		case b[0].hi <= a[0].lo:
+			b = b[1:]
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 func newPGLock() *pgLock {
@@ -40,14 +87,14 @@ func newPGLock() *pgLock {
 	return l
 }
 
-// lockRange takes the PG shared and blocks [lo, hi) (exclusive or shared)
-// once no earlier request holds or waits for an overlapping range in a
-// conflicting mode; it returns the unlock.
-func (l *pgLock) lockRange(lo, hi uint64, excl bool) func() {
+// lockRanges takes the PG shared and the blocks of spans (exclusive or
+// shared) once no earlier request holds or waits for an overlapping block
+// in a conflicting mode; it returns the unlock. It may reorder spans.
+func (l *pgLock) lockRanges(spans []span, excl bool) func() {
 	l.rw.RLock()
 	l.mu.Lock()
 	l.ticket++
-	me := blockRange{l.ticket, lo, hi, excl}
+	me := blockRange{l.ticket, normalize(spans), excl}
 	l.held = append(l.held, me)
 	for l.blocked(me) {
 		l.cond.Wait()
@@ -73,7 +120,7 @@ func (l *pgLock) blocked(me blockRange) bool {
 		if r.ticket >= me.ticket {
 			return false
 		}
-		if r.lo < me.hi && me.lo < r.hi && (r.excl || me.excl) {
+		if (r.excl || me.excl) && overlap(r.spans, me.spans) {
 			return true
 		}
 	}

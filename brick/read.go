@@ -39,7 +39,7 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		return nil, err
 	}
 	lo, hi := repl.BlockRange(r.Offset, uint64(r.Length), limits.BlockBytes)
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil, lo, hi)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil, []span{{lo, hi}})
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +183,7 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	if end := r.Offset + r.Length; end != 0 {
 		hi = (end-1)/limits.BlockBytes + 1
 	}
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer, lo, hi)
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer, []span{{lo, hi}})
 	if err != nil {
 		return nil, err
 	}

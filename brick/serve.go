@@ -69,10 +69,10 @@ func writerOf(w *pb.Writer) *repl.Writer {
 // epoch, this brick leads it with a lease and a settled hand-off, the
 // writer is not fenced (w nil: a read), its in-sync replicas were
 // reconciled since this brick took the lead (reconcile.go); then it takes
-// the request's blocks [lo, hi) of the PG (exclusive for changes, shared
-// for reads: pglock.go) and checks the PG is not waiting for a missed
+// the request's blocks (spans: exclusive for changes, shared for reads:
+// pglock.go) and checks the PG is not waiting for a missed
 // replica to be resynced (Core.Serve).
-func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer, lo, hi uint64) (unlock func(), err error) {
+func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, epoch uint64, w *pb.Writer, spans []span) (unlock func(), err error) {
 	k := pgKey{Vol: v.ID, PG: pg}
 	req := repl.Request{PG: k, Epoch: epoch, Now: time.Now().UnixNano()}
 	if w != nil {
@@ -92,7 +92,7 @@ func (s *Server) admit(ctx context.Context, m *clustermap.Map, v *clustermap.Vol
 			return nil, err
 		}
 	}
-	unlock = s.lockBlocks(k, lo, hi, w != nil)
+	unlock = s.lockBlocks(k, spans, w != nil)
 	s.pgMu.Lock()
 	err = s.core.Serve(m, k)
 	s.pgMu.Unlock()
@@ -119,76 +119,132 @@ func storeErr(err error, what string) error {
 // Write merges data into the blocks it covers, assigns seqs, and applies
 // the result here and on every other member of the PG before answering.
 func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteResponse, error) {
+	w := clientWrite{epoch: r.MapEpoch, vol: r.Vol, pg: r.Pg, writer: r.Writer, reserved: r.Reserved, versionAt: r.VersionAt}
+	return s.write(ctx, w, []*pb.Extent{{Offset: r.Offset, Data: r.Data}})
+}
+
+// WriteV is Write of several extents of one PG as one change (one
+// admission, one store batch per member, one Replicate per backup);
+// extents apply in order, a later one winning where two overlap.
+func (s *Server) WriteV(ctx context.Context, r *pb.WriteVRequest) (*pb.WriteResponse, error) {
+	w := clientWrite{epoch: r.MapEpoch, vol: r.Vol, pg: r.Pg, writer: r.Writer, reserved: r.Reserved}
+	return s.write(ctx, w, r.Extents)
+}
+
+// clientWrite is what Write and WriteV share besides their extents.
+type clientWrite struct {
+	epoch     uint64
+	vol       uint64
+	pg        uint32
+	writer    *pb.Writer
+	reserved  bool
+	versionAt uint32
+}
+
+func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*pb.WriteResponse, error) {
 	defer s.inflight.enter(kindWrite)()
-	if len(r.Data) == 0 {
+	exts = slices.DeleteFunc(exts, func(e *pb.Extent) bool { return len(e.Data) == 0 })
+	if len(exts) == 0 {
 		return &pb.WriteResponse{}, nil
 	}
-	if r.Writer == nil {
+	if r.writer == nil {
 		return nil, status.Error(codes.InvalidArgument, "write without a writer id")
 	}
 	start := time.Now()
-	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
+	m, done, err := s.begin(ctx, r.epoch, r.vol, r.pg)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	v, p, err := pgOf(m, r.Vol, r.Pg, r.Offset, uint64(len(r.Data)))
-	if err != nil {
-		return nil, err
+	var v *clustermap.Volume
+	var p *clustermap.PG
+	spans := make([]span, len(exts))
+	bytes := 0
+	for i, e := range exts {
+		if v, p, err = pgOf(m, r.vol, r.pg, e.Offset, uint64(len(e.Data))); err != nil {
+			return nil, err
+		}
+		if r.versionAt > 0 && (e.Offset%limits.BlockBytes != 0 || len(e.Data)%limits.BlockBytes != 0 || r.versionAt+7 > limits.BlockBytes) {
+			return nil, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", e.Offset, len(e.Data), r.versionAt-1, limits.BlockBytes)
+		}
+		spans[i].lo, spans[i].hi = repl.BlockRange(e.Offset, uint64(len(e.Data)), limits.BlockBytes)
+		bytes += len(e.Data)
 	}
-	lo, hi := repl.BlockRange(r.Offset, uint64(len(r.Data)), limits.BlockBytes)
-	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, r.Writer, lo, hi)
+	unlock, err := s.admit(ctx, m, v, r.pg, p, r.epoch, r.writer, spans)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if r.VersionAt > 0 && (r.Offset%limits.BlockBytes != 0 || len(r.Data)%limits.BlockBytes != 0 || r.VersionAt+7 > limits.BlockBytes) {
-		return nil, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", r.Offset, len(r.Data), r.VersionAt-1, limits.BlockBytes)
-	}
-	var ops []store.Op
-	var stale uint32
-	for b := lo; b < hi; b++ {
-		// Inclusive ends: the last block of the space ends at 2^64-1.
-		bStart := b * limits.BlockBytes
-		from := max(bStart, r.Offset)
-		last := min(bStart+limits.BlockBytes-1, r.Offset+uint64(len(r.Data))-1)
-		piece := r.Data[from-r.Offset : last-r.Offset+1]
-		var block []byte
-		if r.VersionAt > 0 {
-			base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
-			if err != nil {
-				return nil, err
-			}
-			if !repl.VersionNewer(base, piece, int(r.VersionAt-1)) {
-				stale++
-				if repl.VersionFork(base, piece, int(r.VersionAt-1)) {
-					s.log.WarnContext(ctx, "versioned write of a block with the same version but other bytes; kept the stored block", "vol", v.Name, "block", b, "writer", r.Writer.Id)
-				}
-				continue
-			}
-			block = piece
-		} else if len(piece) == limits.BlockBytes {
-			block = piece
-		} else {
-			base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
-			if err != nil {
-				return nil, err
-			}
-			block = repl.Merge(base, limits.BlockBytes, int(from-bStart), piece)
-		}
-		seq, err := s.nextSeq(m.Epoch)
-		if err != nil {
-			return nil, err
-		}
-		ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
+	ops, stale, err := s.writeOps(ctx, m, v, p, r, exts)
+	if err != nil {
+		return nil, err
 	}
 	if len(ops) > 0 {
-		if err := s.replicate(ctx, m, v, r.Pg, p, r.Writer, ops, r.Reserved); err != nil {
+		if err := s.replicate(ctx, m, v, r.pg, p, r.writer, ops, r.reserved); err != nil {
 			return nil, err
 		}
 	}
-	s.io.Write(len(r.Data), time.Since(start))
+	s.io.Write(bytes, time.Since(start))
 	return &pb.WriteResponse{Stale: stale}, nil
+}
+
+// writeOps turns a write's extents into one put per block they touch, each
+// with its own seq: a whole block as given, a partial one merged into its
+// stored bytes (or into the put of an earlier extent of the same write),
+// a versioned one only if newer than the stored block (else counted in
+// stale). The caller holds the blocks.
+func (s *Server) writeOps(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, r clientWrite, exts []*pb.Extent) (ops []store.Op, stale uint32, err error) {
+	var at map[uint64]int // block -> its op, when several extents may share blocks
+	if len(exts) > 1 {
+		at = make(map[uint64]int)
+	}
+	for _, e := range exts {
+		lo, hi := repl.BlockRange(e.Offset, uint64(len(e.Data)), limits.BlockBytes)
+		for b := lo; b < hi; b++ {
+			// Inclusive ends: the last block of the space ends at 2^64-1.
+			bStart := b * limits.BlockBytes
+			from := max(bStart, e.Offset)
+			last := min(bStart+limits.BlockBytes-1, e.Offset+uint64(len(e.Data))-1)
+			piece := e.Data[from-e.Offset : last-e.Offset+1]
+			if i, ok := at[b]; ok { // an earlier extent of this write put it
+				ops[i].Data = repl.Merge(ops[i].Data, limits.BlockBytes, int(from-bStart), piece)
+				continue
+			}
+			var block []byte
+			switch {
+			case r.versionAt > 0:
+				base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+				if err != nil {
+					return nil, 0, err
+				}
+				if !repl.VersionNewer(base, piece, int(r.versionAt-1)) {
+					stale++
+					if repl.VersionFork(base, piece, int(r.versionAt-1)) {
+						s.log.WarnContext(ctx, "versioned write of a block with the same version but other bytes; kept the stored block", "vol", v.Name, "block", b, "writer", r.writer.Id)
+					}
+					continue
+				}
+				block = piece
+			case len(piece) == limits.BlockBytes:
+				block = piece
+			default:
+				base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+				if err != nil {
+					return nil, 0, err
+				}
+				block = repl.Merge(base, limits.BlockBytes, int(from-bStart), piece)
+			}
+			seq, err := s.nextSeq(m.Epoch)
+			if err != nil {
+				return nil, 0, err
+			}
+			if at != nil {
+				at[b] = len(ops)
+			}
+			ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
+		}
+	}
+	return ops, stale, nil
 }
 
 // replicate applies ops locally and on every other member, in parallel,

@@ -353,10 +353,10 @@ func (s *Server) lockPG(k pgKey) func() {
 	return l.rw.Unlock
 }
 
-// lockBlocks takes blocks [lo, hi) of the PG: exclusive for changes,
+// lockBlocks takes the blocks of spans of the PG: exclusive for changes,
 // shared for reads (see pgLock).
-func (s *Server) lockBlocks(k pgKey, lo, hi uint64, excl bool) func() {
-	return s.pgLockOf(k).lockRange(lo, hi, excl)
+func (s *Server) lockBlocks(k pgKey, spans []span, excl bool) func() {
+	return s.pgLockOf(k).lockRanges(spans, excl)
 }
 
 var errStopped = errors.New("brick: stopping")

@@ -173,3 +173,59 @@ func TestReadWaitsOnlyForOverlappingWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestWriteIndex: the write-behind's overlap index (inoWrites) answers as a
+// scan of every write under way would, through random adds and removes of
+// writes of all sizes (some spanning many slots, some ranges wider than
+// the writes under way), and the oldest write under way is tracked as the
+// lowest sequence number not finished.
+func TestWriteIndex(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var d dataWriter
+	d.init(nil)
+	const ino = 7
+	live := map[uint64]dataWrite{}
+	randRange := func() (uint64, uint64) {
+		off := rng.Uint64N(4 << 20)
+		n := uint64(1 + rng.IntN(4096))
+		switch rng.IntN(4) {
+		case 0:
+			n = uint64(1 + rng.IntN(1<<20))
+		case 1:
+			n = ^uint64(0) - off // to the end of the extent: settle(ino)
+		}
+		return off, off + n
+	}
+	for step := range 20000 {
+		if len(live) == 0 || rng.IntN(3) > 0 {
+			off, end := randRange()
+			if end-off > 1<<21 {
+				end = off + 1<<20
+			}
+			w := dataWrite{ino: ino, off: off, end: end}
+			live[d.addLocked(w)] = w
+		} else {
+			for s, w := range live { // a random one finishes
+				delete(live, s)
+				d.doneLocked(s, w)
+				break
+			}
+		}
+		oldest := d.seq + 1
+		for s := range live {
+			oldest = min(oldest, s)
+		}
+		if d.oldest != oldest {
+			t.Fatalf("step %d: oldest %d, want %d", step, d.oldest, oldest)
+		}
+		off, end := randRange()
+		before := uint64(rng.Int64N(int64(d.seq) + 2))
+		want := false
+		for s, w := range live {
+			want = want || (s < before && w.off < end && off < w.end)
+		}
+		if got := d.overlapsBeforeLocked(dataWrite{ino: ino, off: off, end: end}, before); got != want {
+			t.Fatalf("step %d: overlap of [%d, %d) before %d = %v, want %v (%d writes under way)", step, off, end, before, got, want, len(live))
+		}
+	}
+}

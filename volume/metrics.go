@@ -24,7 +24,9 @@ var (
 	readBytesOpts  = prometheus.CounterOpts{Name: "plumeria_vdisk_read_bytes_total", Help: "Bytes returned by ReadAt calls that succeeded."}
 	writeBytesOpts = prometheus.CounterOpts{Name: "plumeria_vdisk_write_bytes_total", Help: "Bytes written by WriteAt calls that succeeded."}
 	errorsOpts     = prometheus.CounterOpts{Name: "plumeria_vdisk_errors_total", Help: "ReadAt, WriteAt and Decommit calls that returned an error, by op."}
-	retriesOpts    = prometheus.CounterOpts{Name: "plumeria_vdisk_retries_total", Help: "Chunk requests sent again after a failure (failover, map change, brick unreachable)."}
+	batchOpts      = prometheus.HistogramOpts{Name: "plumeria_vdisk_write_batch_pieces", Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		Help: "Write pieces (each in one chunk) per request sent to a PG's primary: how many writes the client's group commit gathered (batch.go)."}
+	retriesOpts = prometheus.CounterOpts{Name: "plumeria_vdisk_retries_total", Help: "Chunk requests sent again after a failure (failover, map change, brick unreachable)."}
 )
 
 type opKind int
@@ -43,6 +45,8 @@ type stats struct {
 	bytes   [2]prometheus.Counter // read, write
 	errors  [3]prometheus.Counter
 	retries prometheus.Counter
+	// batchExtents: pieces per write request (batch.go).
+	batchExtents prometheus.Observer
 }
 
 func newStats(r prometheus.Registerer, volume string) *stats {
@@ -57,6 +61,7 @@ func newStats(r prometheus.Registerer, volume string) *stats {
 	for op, name := range opNames {
 		s.errors[op] = errs.WithLabelValues(volume, name)
 	}
+	s.batchExtents = prom.Shared(r, prometheus.NewHistogramVec(batchOpts, []string{"volume"})).WithLabelValues(volume)
 	s.retries = prom.Shared(r, prometheus.NewCounterVec(retriesOpts, []string{"volume"})).WithLabelValues(volume)
 	return s
 }

@@ -65,6 +65,10 @@ type Volume struct {
 		m     *clustermap.Map
 		conns map[string]*grpc.ClientConn
 	}
+	queues struct { // batch.go
+		sync.Mutex
+		m map[pgQueueKey]*pgQueue
+	}
 }
 
 // Open looks the volume up and fixes this writer's fencing epoch at the
@@ -88,6 +92,7 @@ func Open(ctx context.Context, coord *coordclient.Client, name string, opts Opti
 	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer), stats: newStats(opts.Registerer, name)}
 	v.mu.m = m
 	v.mu.conns = map[string]*grpc.ClientConn{}
+	v.queues.m = map[pgQueueKey]*pgQueue{}
 	return v, nil
 }
 
@@ -207,10 +212,21 @@ func versionAt(ctx context.Context) uint32 {
 }
 
 // WriteAt writes p at off. It returns once every replica has it durable.
+// Plain writes go through the PGs' queues (batch.go: the writes that
+// arrive while a PG's requests are under way go together in its next);
+// versioned ones are sent alone, since each block's outcome depends on
+// what the brick holds.
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) {
 	defer v.stats.done(opWrite, time.Now(), len(p), &err)
 	if err := checkRange(off, len(p)); err != nil {
 		return err
+	}
+	if versionAt(ctx) == 0 {
+		vol := v.Map().Volume(v.name)
+		if vol == nil {
+			return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
+		}
+		return v.writeQueued(ctx, vol, p, off)
 	}
 	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
 		pg := vol.PGOf(pc.off)
@@ -441,6 +457,8 @@ func permanent(name string, err error) error {
 		return fmt.Errorf("volume %s: %w: %s", name, ErrDataLoss, msg)
 	case codes.ResourceExhausted:
 		return fmt.Errorf("volume %s: %w: %s", name, ErrNoSpace, msg)
+	case codes.Unimplemented:
+		return fmt.Errorf("volume %s: a brick does not know this request (%s): upgrade the bricks to this client's version", name, msg)
 	case codes.NotFound:
 		if strings.Contains(msg, "snapshot") {
 			return fmt.Errorf("volume %s: %w: %s", name, ErrNoSnapshot, msg)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -24,7 +26,7 @@ type batchBuilder struct{ r *request }
 
 func newBatchBuilder(records, bytes int) batchBuilder {
 	return batchBuilder{r: &request{
-		buf:  make([]byte, 0, bytes+headerBytes),
+		buf:  getBatchBuf(bytes + headerBytes),
 		recs: make([]scanned, 0, records),
 		done: make(chan error, 1),
 	}}
@@ -51,6 +53,36 @@ func (bb batchBuilder) finish() *request {
 	commit := header{kind: kindCommit, vol: uint64(len(r.recs)), block: uint64(len(r.buf))}
 	r.buf = appendRecord(r.buf, commit, nil)
 	return r
+}
+
+// Batch buffers are recycled by size class (powers of two up to
+// batchBufMax): a fresh one is zeroed by the runtime, and the store
+// allocated one per batch (5% of a brick's CPU under 4 KiB random
+// writes). The committer gives a batch's buffer back once the batch is in
+// a segment and indexed (flushRun): nothing refers to it after that.
+var batchBufs [bits.UintSize]sync.Pool
+
+// batchBufMax bounds the buffers kept for reuse.
+const batchBufMax = 32 << 20
+
+func getBatchBuf(n int) []byte {
+	c := bits.Len(uint(n - 1))
+	if n > batchBufMax {
+		return make([]byte, 0, n)
+	}
+	if b, ok := batchBufs[c].Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, 1<<c)
+}
+
+func putBatchBuf(b []byte) {
+	c := bits.Len(uint(cap(b) - 1))
+	if cap(b) > batchBufMax || cap(b) != 1<<c {
+		return
+	}
+	b = b[:0]
+	batchBufs[c].Put(&b)
 }
 
 // encodeBatch checks ops and encodes them as one batch.
@@ -244,7 +276,10 @@ func (s *Store) flushRun(run []*request, n int64) {
 		if err == nil && !r.internal {
 			s.stats.batches.Add(1)
 		}
+		buf := r.buf
+		r.buf, r.recs = nil, nil
 		r.done <- err
+		putBatchBuf(buf)
 	}
 }
 

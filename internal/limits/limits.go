@@ -65,6 +65,14 @@ const (
 	// ClientInflightChunksMax bounds the chunk requests a volume client has
 	// in flight for one call.
 	ClientInflightChunksMax = 32
+	// ClientPGWritesInflight bounds the write requests a volume client has
+	// under way per placement group; the writes that arrive meanwhile are
+	// gathered into the next request (volume/batch.go), which carries at
+	// most ClientWriteBatchBytes (or one larger piece alone) in at most
+	// ClientWriteBatchExtents pieces.
+	ClientPGWritesInflight  = 1
+	ClientWriteBatchBytes   = 4 << 20
+	ClientWriteBatchExtents = 1024
 )
 
 // Timing defaults. Durations carry their unit; names end in Max/Min only.
@@ -87,9 +95,10 @@ const (
 
 // Compile-time relations: each line fails to compile if the relation breaks.
 const (
-	_ = uint64(ChunkBytesDefault % BlockBytes)            // must be 0 (see below)
-	_ = uint64(SegmentBytesMax - 4*ChunkBytesMax)         // a segment holds several chunks
-	_ = uint64(BrickDeadAfter - BrickLease - time.Second) // dead-after exceeds lease with margin
+	_ = uint64(ChunkBytesDefault % BlockBytes)                         // must be 0 (see below)
+	_ = uint64(SegmentBytesMax - 4*ChunkBytesMax)                      // a segment holds several chunks
+	_ = uint64(RPCMessageBytesMax - ClientWriteBatchBytes - (1 << 20)) // a batch and its framing fit a message
+	_ = uint64(BrickDeadAfter - BrickLease - time.Second)              // dead-after exceeds lease with margin
 	_ = uint64(RPCMessageBytesMax - ChunkBytesMax)
 )
 

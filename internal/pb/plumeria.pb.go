@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45, 0}
 }
 
 type JoinRequest struct {
@@ -2154,6 +2154,145 @@ func (x *WriteRequest) GetVersionAt() uint32 {
 	return 0
 }
 
+// WriteVRequest is WriteRequest with several extents; each lies in one
+// chunk of the PG, and they are applied in order (a later extent wins
+// where two overlap). Versioned writes use WriteRequest.
+type WriteVRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Extents       []*Extent              `protobuf:"bytes,4,rep,name=extents,proto3" json:"extents,omitempty"`
+	Writer        *Writer                `protobuf:"bytes,5,opt,name=writer,proto3" json:"writer,omitempty"`
+	Reserved      bool                   `protobuf:"varint,6,opt,name=reserved,proto3" json:"reserved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteVRequest) Reset() {
+	*x = WriteVRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteVRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteVRequest) ProtoMessage() {}
+
+func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
+func (*WriteVRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *WriteVRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *WriteVRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *WriteVRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *WriteVRequest) GetExtents() []*Extent {
+	if x != nil {
+		return x.Extents
+	}
+	return nil
+}
+
+func (x *WriteVRequest) GetWriter() *Writer {
+	if x != nil {
+		return x.Writer
+	}
+	return nil
+}
+
+func (x *WriteVRequest) GetReserved() bool {
+	if x != nil {
+		return x.Reserved
+	}
+	return false
+}
+
+type Extent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Extent) Reset() {
+	*x = Extent{}
+	mi := &file_proto_plumeria_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Extent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Extent) ProtoMessage() {}
+
+func (x *Extent) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Extent.ProtoReflect.Descriptor instead.
+func (*Extent) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *Extent) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *Extent) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 type WriteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stale         uint32                 `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"` // versioned blocks left as they were
@@ -2163,7 +2302,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2314,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2327,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -2212,7 +2351,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2224,7 +2363,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2237,7 +2376,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -2291,7 +2430,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2303,7 +2442,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2316,7 +2455,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2340,7 +2479,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2352,7 +2491,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2365,7 +2504,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2418,7 +2557,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2430,7 +2569,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2443,7 +2582,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 // One block-level change, as the store applies it.
@@ -2460,7 +2599,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2472,7 +2611,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2485,7 +2624,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2538,7 +2677,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2689,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2563,7 +2702,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2623,7 +2762,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2774,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2787,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 type InventoryRequest struct {
@@ -2662,7 +2801,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2813,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2826,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2722,7 +2861,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2734,7 +2873,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2747,7 +2886,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -2780,7 +2919,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2931,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2944,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -2833,7 +2972,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +2984,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +2997,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -2912,7 +3051,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2924,7 +3063,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2937,7 +3076,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -2958,7 +3097,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3109,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3122,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3018,7 +3157,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3169,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3182,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3202,7 +3341,17 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
 	"\breserved\x18\a \x01(\bR\breserved\x12\x1d\n" +
 	"\n" +
-	"version_at\x18\b \x01(\rR\tversionAt\"%\n" +
+	"version_at\x18\b \x01(\rR\tversionAt\"\xc6\x01\n" +
+	"\rWriteVRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12-\n" +
+	"\aextents\x18\x04 \x03(\v2\x13.plumeria.v1.ExtentR\aextents\x12+\n" +
+	"\x06writer\x18\x05 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
+	"\breserved\x18\x06 \x01(\bR\breserved\"4\n" +
+	"\x06Extent\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"%\n" +
 	"\rWriteResponse\x12\x14\n" +
 	"\x05stale\x18\x01 \x01(\rR\x05stale\"\x98\x01\n" +
 	"\vReadRequest\x12\x1b\n" +
@@ -3288,9 +3437,10 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xff\x03\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xc1\x04\n" +
 	"\x05Brick\x12>\n" +
-	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
+	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
+	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
 	"\x04Read\x12\x18.plumeria.v1.ReadRequest\x1a\x19.plumeria.v1.ReadResponse\x12G\n" +
 	"\bDecommit\x12\x1c.plumeria.v1.DecommitRequest\x1a\x1d.plumeria.v1.DecommitResponse\x12J\n" +
 	"\tReplicate\x12\x1d.plumeria.v1.ReplicateRequest\x1a\x1e.plumeria.v1.ReplicateResponse\x12L\n" +
@@ -3312,7 +3462,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
@@ -3354,88 +3504,94 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*StatusResponse)(nil),             // 37: plumeria.v1.StatusResponse
 	(*Writer)(nil),                     // 38: plumeria.v1.Writer
 	(*WriteRequest)(nil),               // 39: plumeria.v1.WriteRequest
-	(*WriteResponse)(nil),              // 40: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                // 41: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),               // 42: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),            // 43: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),           // 44: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                    // 45: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),           // 46: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 47: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),           // 48: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),             // 49: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),          // 50: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),            // 51: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),           // 52: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),          // 53: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),         // 54: plumeria.v1.FetchBlockResponse
-	nil,                                // 55: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*WriteVRequest)(nil),              // 40: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                     // 41: plumeria.v1.Extent
+	(*WriteResponse)(nil),              // 42: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                // 43: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),               // 44: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),            // 45: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),           // 46: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                    // 47: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),           // 48: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),          // 49: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),           // 50: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),             // 51: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),          // 52: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),            // 53: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),           // 54: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),          // 55: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),         // 56: plumeria.v1.FetchBlockResponse
+	nil,                                // 57: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	55, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	57, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
 	38, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	38, // 5: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 6: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	38, // 7: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	45, // 8: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	49, // 9: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	45, // 10: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 11: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 12: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 13: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 14: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	12, // 15: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	14, // 16: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	16, // 17: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	18, // 18: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	20, // 19: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	22, // 20: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	24, // 21: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	26, // 22: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	36, // 23: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	28, // 24: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	30, // 25: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	32, // 26: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	34, // 27: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	39, // 28: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	41, // 29: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	43, // 30: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	46, // 31: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	48, // 32: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	51, // 33: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	53, // 34: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 35: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 36: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 37: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 38: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 39: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 40: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 41: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 42: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 43: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	23, // 44: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	25, // 45: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	27, // 46: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	37, // 47: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	29, // 48: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	31, // 49: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	33, // 50: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	35, // 51: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	40, // 52: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	42, // 53: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	44, // 54: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	47, // 55: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	50, // 56: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	52, // 57: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	54, // 58: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	35, // [35:59] is the sub-list for method output_type
-	11, // [11:35] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	41, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	38, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	38, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 8: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	38, // 9: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	47, // 10: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	51, // 11: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	47, // 12: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 13: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 14: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 15: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 16: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	12, // 17: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	14, // 18: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	16, // 19: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	18, // 20: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	20, // 21: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	22, // 22: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	24, // 23: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	26, // 24: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	36, // 25: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	28, // 26: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	30, // 27: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	32, // 28: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	34, // 29: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	39, // 30: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	40, // 31: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	43, // 32: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	45, // 33: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	48, // 34: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	50, // 35: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	53, // 36: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	55, // 37: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 38: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 39: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 40: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 41: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 42: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 43: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 44: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 45: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 46: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	23, // 47: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	25, // 48: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	27, // 49: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	37, // 50: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	29, // 51: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	31, // 52: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	33, // 53: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	35, // 54: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	42, // 55: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	42, // 56: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	44, // 57: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	46, // 58: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	49, // 59: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	52, // 60: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	54, // 61: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	56, // 62: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	38, // [38:63] is the sub-list for method output_type
+	13, // [13:38] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -3449,7 +3605,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

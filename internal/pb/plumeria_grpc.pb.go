@@ -777,6 +777,7 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Brick_Write_FullMethodName      = "/plumeria.v1.Brick/Write"
+	Brick_WriteV_FullMethodName     = "/plumeria.v1.Brick/WriteV"
 	Brick_Read_FullMethodName       = "/plumeria.v1.Brick/Read"
 	Brick_Decommit_FullMethodName   = "/plumeria.v1.Brick/Decommit"
 	Brick_Replicate_FullMethodName  = "/plumeria.v1.Brick/Replicate"
@@ -791,6 +792,10 @@ const (
 type BrickClient interface {
 	// Client → primary.
 	Write(ctx context.Context, in *WriteRequest, opts ...grpc.CallOption) (*WriteResponse, error)
+	// WriteV writes several extents of one PG as one change: one admission,
+	// one store batch per replica, one replication round trip. A client
+	// gathers the writes to a PG that arrive while its last is under way.
+	WriteV(ctx context.Context, in *WriteVRequest, opts ...grpc.CallOption) (*WriteResponse, error)
 	Read(ctx context.Context, in *ReadRequest, opts ...grpc.CallOption) (*ReadResponse, error)
 	Decommit(ctx context.Context, in *DecommitRequest, opts ...grpc.CallOption) (*DecommitResponse, error)
 	// Primary → backup.
@@ -816,6 +821,16 @@ func (c *brickClient) Write(ctx context.Context, in *WriteRequest, opts ...grpc.
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(WriteResponse)
 	err := c.cc.Invoke(ctx, Brick_Write_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brickClient) WriteV(ctx context.Context, in *WriteVRequest, opts ...grpc.CallOption) (*WriteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WriteResponse)
+	err := c.cc.Invoke(ctx, Brick_WriteV_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -897,6 +912,10 @@ func (c *brickClient) FetchBlock(ctx context.Context, in *FetchBlockRequest, opt
 type BrickServer interface {
 	// Client → primary.
 	Write(context.Context, *WriteRequest) (*WriteResponse, error)
+	// WriteV writes several extents of one PG as one change: one admission,
+	// one store batch per replica, one replication round trip. A client
+	// gathers the writes to a PG that arrive while its last is under way.
+	WriteV(context.Context, *WriteVRequest) (*WriteResponse, error)
 	Read(context.Context, *ReadRequest) (*ReadResponse, error)
 	Decommit(context.Context, *DecommitRequest) (*DecommitResponse, error)
 	// Primary → backup.
@@ -920,6 +939,9 @@ type UnimplementedBrickServer struct{}
 
 func (UnimplementedBrickServer) Write(context.Context, *WriteRequest) (*WriteResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Write not implemented")
+}
+func (UnimplementedBrickServer) WriteV(context.Context, *WriteVRequest) (*WriteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WriteV not implemented")
 }
 func (UnimplementedBrickServer) Read(context.Context, *ReadRequest) (*ReadResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Read not implemented")
@@ -974,6 +996,24 @@ func _Brick_Write_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BrickServer).Write(ctx, req.(*WriteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Brick_WriteV_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WriteVRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).WriteV(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_WriteV_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).WriteV(ctx, req.(*WriteVRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1089,6 +1129,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Write",
 			Handler:    _Brick_Write_Handler,
+		},
+		{
+			MethodName: "WriteV",
+			Handler:    _Brick_WriteV_Handler,
 		},
 		{
 			MethodName: "Read",
