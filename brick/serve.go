@@ -159,7 +159,7 @@ func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*
 	var v *clustermap.Volume
 	var p *clustermap.PG
 	spans := make([]span, len(exts))
-	bytes := 0
+	n, blocks := 0, uint64(0)
 	for i, e := range exts {
 		if v, p, err = pgOf(m, r.vol, r.pg, e.Offset, uint64(len(e.Data))); err != nil {
 			return nil, err
@@ -168,7 +168,10 @@ func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*
 			return nil, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", e.Offset, len(e.Data), r.versionAt-1, limits.BlockBytes)
 		}
 		spans[i].lo, spans[i].hi = repl.BlockRange(e.Offset, uint64(len(e.Data)), limits.BlockBytes)
-		bytes += len(e.Data)
+		n, blocks = n+len(e.Data), blocks+spans[i].hi-spans[i].lo
+	}
+	if blocks > store.BatchOpsMax {
+		return nil, status.Errorf(codes.InvalidArgument, "write of %d extents touching %d blocks: at most %d blocks per request", len(exts), blocks, store.BatchOpsMax)
 	}
 	unlock, err := s.admit(ctx, m, v, r.pg, p, r.epoch, r.writer, spans)
 	if err != nil {
@@ -184,7 +187,7 @@ func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*
 			return nil, err
 		}
 	}
-	s.io.Write(bytes, time.Since(start))
+	s.io.Write(n, time.Since(start))
 	return &pb.WriteResponse{Stale: stale}, nil
 }
 

@@ -180,9 +180,6 @@ func (v *Volume) sendBatch(k pgQueueKey, batch []*queued) error {
 		})
 		defer stop()
 	}
-	if k.reserved {
-		ctx = Reserved(ctx)
-	}
 	v.stats.batchExtents.Observe(float64(len(batch)))
 	exts := make([]*pb.Extent, len(batch))
 	for i, it := range batch {
