@@ -1,10 +1,13 @@
 package brick
 
 import (
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plumeria-fs/plumeria/brick/store"
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
@@ -36,6 +39,56 @@ func FuzzReplicateDecode(f *testing.F) {
 			if op.Data != nil && len(op.Data) != limits.BlockBytes {
 				t.Fatalf("accepted %d data bytes", len(op.Data))
 			}
+		}
+	})
+}
+
+// FuzzWriteVDecode feeds arbitrary bytes through what a primary does with
+// a WriteV request before it takes any block: protobuf, then checkWrite
+// against a map. It must never panic; an accepted write has each extent in
+// one chunk of its PG, spans that match the extents, and at most
+// store.BatchOpsMax blocks.
+func FuzzWriteVDecode(f *testing.F) {
+	m := &clustermap.Map{Epoch: 3, Volumes: []clustermap.Volume{{ID: 1, Name: "v", ChunkBytes: 64 << 10, PGs: make([]clustermap.PG, 4)}}}
+	vol := &m.Volumes[0]
+	off := uint64(0)
+	for vol.PGOf(off) != 2 {
+		off += 64 << 10
+	}
+	good, _ := proto.Marshal(&pb.WriteVRequest{MapEpoch: 3, Vol: 1, Pg: 2, Writer: &pb.Writer{Id: "w", Epoch: 1},
+		Extents: []*pb.Extent{{Offset: off, Data: make([]byte, limits.BlockBytes)}, {Offset: off + 5000, Data: []byte("x")}}})
+	f.Add(good)
+	f.Add([]byte{})
+	f.Add([]byte{0x22, 0x04, 0x08, 0x07, 0x12, 0x00})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var r pb.WriteVRequest
+		if err := proto.Unmarshal(b, &r); err != nil {
+			return
+		}
+		exts := slices.DeleteFunc(r.Extents, func(e *pb.Extent) bool { return len(e.Data) == 0 })
+		if len(exts) == 0 {
+			return
+		}
+		_, p, spans, n, err := checkWrite(m, clientWrite{epoch: r.MapEpoch, vol: r.Vol, pg: r.Pg, writer: r.Writer}, exts)
+		if err != nil {
+			return
+		}
+		if p != &vol.PGs[r.Pg] || len(spans) != len(exts) {
+			t.Fatalf("accepted pg %d with %d spans for %d extents", r.Pg, len(spans), len(exts))
+		}
+		blocks, bytes := uint64(0), 0
+		for i, e := range exts {
+			end := e.Offset + uint64(len(e.Data)) - 1
+			if end < e.Offset || e.Offset/(64<<10) != end/(64<<10) || vol.PGOf(e.Offset) != r.Pg {
+				t.Fatalf("accepted extent at %d of %d bytes", e.Offset, len(e.Data))
+			}
+			if spans[i].lo != e.Offset/limits.BlockBytes || spans[i].hi != end/limits.BlockBytes+1 {
+				t.Fatalf("extent at %d of %d bytes: span %v", e.Offset, len(e.Data), spans[i])
+			}
+			blocks, bytes = blocks+spans[i].hi-spans[i].lo, bytes+len(e.Data)
+		}
+		if blocks > store.BatchOpsMax || bytes != n {
+			t.Fatalf("accepted %d blocks, %d bytes (reported %d)", blocks, bytes, n)
 		}
 	})
 }

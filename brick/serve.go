@@ -156,22 +156,9 @@ func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*
 		return nil, err
 	}
 	defer done()
-	var v *clustermap.Volume
-	var p *clustermap.PG
-	spans := make([]span, len(exts))
-	n, blocks := 0, uint64(0)
-	for i, e := range exts {
-		if v, p, err = pgOf(m, r.vol, r.pg, e.Offset, uint64(len(e.Data))); err != nil {
-			return nil, err
-		}
-		if r.versionAt > 0 && (e.Offset%limits.BlockBytes != 0 || len(e.Data)%limits.BlockBytes != 0 || r.versionAt+7 > limits.BlockBytes) {
-			return nil, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", e.Offset, len(e.Data), r.versionAt-1, limits.BlockBytes)
-		}
-		spans[i].lo, spans[i].hi = repl.BlockRange(e.Offset, uint64(len(e.Data)), limits.BlockBytes)
-		n, blocks = n+len(e.Data), blocks+spans[i].hi-spans[i].lo
-	}
-	if blocks > store.BatchOpsMax {
-		return nil, status.Errorf(codes.InvalidArgument, "write of %d extents touching %d blocks: at most %d blocks per request", len(exts), blocks, store.BatchOpsMax)
+	v, p, spans, n, err := checkWrite(m, r, exts)
+	if err != nil {
+		return nil, err
 	}
 	unlock, err := s.admit(ctx, m, v, r.pg, p, r.epoch, r.writer, spans)
 	if err != nil {
@@ -189,6 +176,29 @@ func (s *Server) write(ctx context.Context, r clientWrite, exts []*pb.Extent) (*
 	}
 	s.io.Write(n, time.Since(start))
 	return &pb.WriteResponse{Stale: stale}, nil
+}
+
+// checkWrite checks a write's extents (non-empty) against m: each lies in
+// one chunk of the PG, versioned ones cover whole blocks, and all of them
+// touch at most store.BatchOpsMax blocks. It returns the PG, the blocks of
+// each extent and the bytes written.
+func checkWrite(m *clustermap.Map, r clientWrite, exts []*pb.Extent) (v *clustermap.Volume, p *clustermap.PG, spans []span, n int, err error) {
+	spans = make([]span, len(exts))
+	blocks := uint64(0)
+	for i, e := range exts {
+		if v, p, err = pgOf(m, r.vol, r.pg, e.Offset, uint64(len(e.Data))); err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if r.versionAt > 0 && (e.Offset%limits.BlockBytes != 0 || len(e.Data)%limits.BlockBytes != 0 || r.versionAt+7 > limits.BlockBytes) {
+			return nil, nil, nil, 0, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", e.Offset, len(e.Data), r.versionAt-1, limits.BlockBytes)
+		}
+		spans[i].lo, spans[i].hi = repl.BlockRange(e.Offset, uint64(len(e.Data)), limits.BlockBytes)
+		n, blocks = n+len(e.Data), blocks+spans[i].hi-spans[i].lo
+	}
+	if blocks > store.BatchOpsMax {
+		return nil, nil, nil, 0, status.Errorf(codes.InvalidArgument, "write of %d extents touching %d blocks: at most %d blocks per request", len(exts), blocks, store.BatchOpsMax)
+	}
+	return v, p, spans, n, nil
 }
 
 // writeOps turns a write's extents into one put per block they touch, each
