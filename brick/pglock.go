@@ -1,6 +1,7 @@
 package brick
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 )
@@ -46,15 +47,7 @@ type span struct{ lo, hi uint64 }
 // normalize sorts spans and merges those that overlap or touch (in place).
 func normalize(spans []span) []span {
 	spans = slices.DeleteFunc(spans, func(s span) bool { return s.lo >= s.hi })
-	slices.SortFunc(spans, func(a, b span) int {
-		switch {
-		case a.lo < b.lo:
-			return -1
-		case a.lo > b.lo:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
 	out := spans[:0]
 	for _, s := range spans {
 		if n := len(out); n > 0 && s.lo <= out[n-1].hi {
