@@ -20,10 +20,11 @@ import (
 // small random writes per second into a few requests per PG.
 //
 // Each WriteAt still returns only when every replica has its own bytes
-// durable (its batch succeeded), and the pieces of one request apply in
-// the order they were queued, so two overlapping writes keep their order
-// when the second was queued after the first. Callers that need an order
-// between overlapping writes wait for the first to return, as before.
+// durable (its batch succeeded). The pieces of one request apply in the
+// order they were queued (the brick merges a later piece over an earlier
+// one), and with one request per PG under way the requests do too; still,
+// callers that need an order between overlapping writes wait for the
+// first to return, as before (filesys/data.go does).
 //
 // Memory: a queue holds only pieces of WriteAt calls that are waiting for
 // them (the callers' own buffers, not copies); a request carries at most
@@ -72,10 +73,10 @@ func (v *Volume) writeQueued(ctx context.Context, vol *clustermap.Volume, p []by
 	qs := make([]*pgQueue, len(pieces))
 	items := make([]*queued, len(pieces))
 	for i, pc := range pieces {
-		pg := vol.PGOf(pc.off)
-		qs[i] = v.pgQueue(pgQueueKey{pg: uint32(pg), reserved: reserved})
+		k := pgQueueKey{pg: uint32(vol.PGOf(pc.off)), reserved: reserved}
+		qs[i] = v.pgQueue(k)
 		items[i] = &queued{off: pc.off, buf: pc.buf, ctx: ctx, done: make(chan error, 1)}
-		v.enqueue(qs[i], pgQueueKey{pg: uint32(pg), reserved: reserved}, items[i])
+		v.enqueue(qs[i], k, items[i])
 	}
 	var first error
 	for i, it := range items {
