@@ -191,13 +191,7 @@ func (v *Volume) sendBatch(k pgQueueKey, batch []*queued) error {
 		if err != nil {
 			return err
 		}
-		if len(exts) == 1 {
-			_, err = cl.Write(ctx, &pb.WriteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: k.pg, Offset: exts[0].Offset, Data: exts[0].Data,
-				Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: k.reserved})
-			return err
-		}
-		_, err = cl.WriteV(ctx, &pb.WriteVRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: k.pg, Extents: exts,
-			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: k.reserved})
+		_, err = cl.WriteV(ctx, &pb.WriteVRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: k.pg, Extents: exts, Writer: v.writer, Reserved: k.reserved})
 		return err
 	})
 }

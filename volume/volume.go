@@ -58,7 +58,10 @@ type Volume struct {
 	coord *coordclient.Client
 	opts  Options
 	epoch uint64 // writer fencing epoch, fixed at Open
-	stats *stats
+	// writer is the id and epoch every change request carries (read-only:
+	// shared by the requests).
+	writer *pb.Writer
+	stats  *stats
 
 	mu struct {
 		sync.Mutex
@@ -90,6 +93,7 @@ func Open(ctx context.Context, coord *coordclient.Client, name string, opts Opti
 		return nil, fmt.Errorf("open volume %s: %w (create it with `plumeria volume create`)", name, ErrNoVolume)
 	}
 	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer), stats: newStats(opts.Registerer, name)}
+	v.writer = &pb.Writer{Id: opts.Writer, Epoch: v.epoch}
 	v.mu.m = m
 	v.mu.conns = map[string]*grpc.ClientConn{}
 	v.queues.m = map[pgQueueKey]*pgQueue{}
@@ -235,7 +239,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) 
 			return err
 		}
 		_, err = cl.Write(ctx, &pb.WriteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Data: pc.buf,
-			Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}, Reserved: isReserved(ctx), VersionAt: versionAt(ctx)})
+			Writer: v.writer, Reserved: isReserved(ctx), VersionAt: versionAt(ctx)})
 		return err
 	})
 }
@@ -328,7 +332,7 @@ func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
 					return err
 				}
 				_, err = cl.Decommit(ctx, &pb.DecommitRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: uint32(pg), Offset: off, Length: n,
-					Writer: &pb.Writer{Id: v.opts.Writer, Epoch: v.epoch}})
+					Writer: v.writer})
 				return err
 			})
 		}()
