@@ -310,6 +310,11 @@ func (fs *FS) Sync(ctx context.Context) error {
 		return err
 	}
 	if err := fs.rlog.Sync(ctx); err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// The caller gave up waiting (an interrupted fsync, a janitor
+			// stopped by the unmount): the log goes on writing, nothing failed.
+			return err
+		}
 		return fs.fail(fmt.Errorf("sync log: %w", err))
 	}
 	return nil

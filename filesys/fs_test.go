@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -384,5 +385,55 @@ func TestDirReadAhead(t *testing.T) {
 	fs.cache.mu.Unlock()
 	if reads := dev.n.Load(); blocks < 32 || reads > int64(blocks/8) {
 		t.Errorf("%d directory block reads for %d cached blocks, want at most one per 8", reads, blocks)
+	}
+}
+
+// TestSyncCancelledIsNotFatal: a sync whose caller stops waiting (an
+// interrupted fsync, a janitor stopped by the unmount) returns the
+// context's error and leaves the file system working; the records are
+// made durable all the same.
+func TestSyncCancelledIsNotFatal(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	var once sync.Once
+	held := make(chan struct{}, 1)
+	var armed atomic.Bool
+	dev := hookDevice{memDevice: formatted(t)}
+	dev.onWrite = func(off uint64) {
+		if armed.Load() && layout.LogBase <= off && off < layout.LogAddr(layout.SlotsMax) {
+			select {
+			case held <- struct{}{}:
+			default:
+			}
+			<-release
+		}
+	}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	defer once.Do(func() { close(release) })
+	armed.Store(true)
+	if _, err := fs.Mkdir(ctx, RootIno, "d", 0o755, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- fs.Sync(cctx) }()
+	<-held // the log write is under way and cannot finish
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled sync: %v, want context.Canceled", err)
+	}
+	if err := fs.failed(); err != nil {
+		t.Fatalf("a cancelled sync stopped the file system: %v", err)
+	}
+	once.Do(func() { close(release) })
+	if err := fs.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Mkdir(ctx, RootIno, "e", 0o755, Caller{}); err != nil {
+		t.Fatal(err)
 	}
 }
