@@ -394,6 +394,9 @@ func (fs *FS) Flush(ino uint64) error {
 // of its entries also sets its times in a transaction that is not
 // hidesData, so any pending entry change makes the log write happen.
 func (fs *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
+	if fs.cfg.ReadOnly {
+		return fs.failed()
+	}
 	if dataOnly {
 		if err := fs.failed(); err != nil {
 			return err

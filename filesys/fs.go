@@ -109,6 +109,10 @@ type Config struct {
 	// DataCacheBytes bounds the clean file data the node caches
 	// (pagecache.go); 0: DataCacheDefault, below 0: none.
 	DataCacheBytes int64
+	// ReadOnly opens a device nothing changes (a snapshot): no log slot,
+	// no locks from the lock service (Locker is not used), and every
+	// change is ErrReadOnly (readonly.go).
+	ReadOnly bool
 	// OnFail, if set, is called once (on a goroutine of its own) when the
 	// file system stops: its lock session must end so that another node
 	// replays its log before anyone gets its locks (a failed node never
@@ -194,6 +198,12 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	if cfg.FlushInterval == 0 {
 		cfg.FlushInterval = time.Second
 	}
+	switch {
+	case cfg.DataCacheBytes == 0:
+		cfg.DataCacheBytes = DataCacheDefault
+	case cfg.DataCacheBytes < 0:
+		cfg.DataCacheBytes = 0
+	}
 	fs := &FS{cfg: cfg, log: cfg.Logger, cache: newCache(), locks: newLocalLocks(), flocks: newFileLocks(),
 		stop: make(chan struct{}), pressed: make(chan struct{}, 1), kick: make(chan struct{}, 1), stats: newStats(cfg.Registerer, cfg.Table)}
 	fs.mu.opens = map[uint64]int{}
@@ -210,18 +220,19 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	fs.super = s
 	fs.rg = int(hashString(cfg.ID) % layout.RGsMax)
+	if cfg.ReadOnly {
+		fs.cfg.Locker = readOnlyLocker{}
+		fs.data.init(fs)
+		fs.pages.init(cfg.DataCacheBytes, fs.stats)
+		fs.prefetch.init()
+		fs.freer.init(fs.stats.orphansQueued)
+		return fs, nil
+	}
 	if fs.slot, err = fs.claimSlot(ctx); err != nil {
 		return nil, err
 	}
 	fs.data.init(fs)
-	switch {
-	case cfg.DataCacheBytes == 0:
-		fs.pages.init(DataCacheDefault, fs.stats)
-	case cfg.DataCacheBytes > 0:
-		fs.pages.init(cfg.DataCacheBytes, fs.stats)
-	default:
-		fs.pages.init(0, fs.stats)
-	}
+	fs.pages.init(cfg.DataCacheBytes, fs.stats)
 	fs.prefetch.init()
 	fs.freer.init(fs.stats.orphansQueued)
 	fs.rlog, err = redo.Open(ctx, logDevice{cfg.Dev}, fs.logOptions(fs.slot))
@@ -262,6 +273,21 @@ func (fs *FS) logOptions(slot int) redo.Options {
 // Close writes everything back, leaves an empty log, frees the log slot
 // and stops. The caller then closes the clerk session (releasing locks).
 func (fs *FS) Close(ctx context.Context) error {
+	if fs.cfg.ReadOnly {
+		fs.mu.Lock()
+		fs.mu.halted = true
+		if fs.mu.failed == nil {
+			fs.mu.failed = fmt.Errorf("%w: unmounted", ErrIO)
+		}
+		fs.mu.Unlock()
+		select {
+		case <-fs.stop:
+		default:
+			close(fs.stop)
+		}
+		fs.flusher.Wait()
+		return nil
+	}
 	if fs.failed() == nil {
 		fs.drainFreer(ctx)
 	}
@@ -309,6 +335,9 @@ func (fs *FS) Sync(ctx context.Context) error {
 	if err := fs.failed(); err != nil {
 		return err
 	}
+	if fs.cfg.ReadOnly {
+		return nil
+	}
 	if err := fs.rlog.Sync(ctx); err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// The caller gave up waiting (an interrupted fsync, a janitor
@@ -331,7 +360,12 @@ func (fs *FS) SetInvalidator(fn func(ino uint64, dir bool, name string)) {
 
 // LogStats reports the redo log's counters (the batching factor of group
 // commit is Records/Batches).
-func (fs *FS) LogStats() redo.Stats { return fs.rlog.Stats() }
+func (fs *FS) LogStats() redo.Stats {
+	if fs.rlog == nil {
+		return redo.Stats{} // read-only: no log
+	}
+	return fs.rlog.Stats()
+}
 
 // fail records a fatal error (lease lost, fenced, log failed): every later
 // call returns ErrIO until the node remounts.

@@ -172,6 +172,8 @@ func (fs *FS) lockError(id uint64, err error) error {
 		return fmt.Errorf("%w: waiting for lock %d: %v", ErrInterrupted, id, err)
 	case errors.Is(err, lock.ErrLeaseLost):
 		return fs.fail(fmt.Errorf("lock %d: %w", id, err))
+	case errors.Is(err, ErrReadOnly):
+		return err
 	}
 	return fmt.Errorf("%w: lock %d: %v", ErrIO, id, err)
 }
