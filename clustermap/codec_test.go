@@ -34,7 +34,7 @@ func fixture(t testing.TB) *clustermap.Map {
 	m.Bricks[3].State = clustermap.BrickDown
 	m.Volumes = []clustermap.Volume{
 		{ID: 1, Name: "root", Replicas: 3, ChunkBytes: limits.ChunkBytesDefault, Gen: 5,
-			Snapshots: map[string]uint64{"hourly-1": 3, "hourly-2": 4},
+			Snapshots: map[string]uint64{"hourly-1": 3, "hourly-2": 4}, SnapshotsDeleted: 2,
 			PGs: []clustermap.PG{
 				{Bricks: []string{"b1", "b2", "b3"}},
 				{Bricks: []string{"b3", "b1", "b4"}, Syncing: []string{"b4"}},

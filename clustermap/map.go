@@ -99,7 +99,12 @@ type Volume struct {
 	AllowSameDomain bool              `json:"allow_same_domain,omitempty"`
 	Gen             uint64            `json:"gen"`                 // writes go to this generation
 	Snapshots       map[string]uint64 `json:"snapshots,omitempty"` // name → newest generation it sees
-	PGs             []PG              `json:"pgs"`
+	// SnapshotsDeleted counts the snapshots deleted so far (DeleteSnapshot).
+	// The primary of each PG prunes the block versions no snapshot left
+	// sees until it has pruned at this count (brick/prune.go); only it
+	// goes up.
+	SnapshotsDeleted uint64 `json:"snapshots_deleted,omitempty"`
+	PGs              []PG   `json:"pgs"`
 }
 
 // PGOf returns the placement group of the chunk that holds byte offset off.
