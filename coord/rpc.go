@@ -236,6 +236,32 @@ func (s *Server) Snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Snaps
 	}, func(cl pb.CoordinatorClient) (*pb.SnapshotResponse, error) { return cl.Snapshot(ctx, r) })
 }
 
+// DeleteSnapshot removes a snapshot from the map (clustermap.DeleteSnapshot)
+// and waits, like Snapshot, until every up brick serves the new map: from
+// then on no primary reads the deleted name, and the primaries prune what
+// only it saw (brick/prune.go). A brick that has not confirmed by then is
+// logged, not reported: the deletion is made, and a retry would only find
+// the snapshot gone.
+func (s *Server) DeleteSnapshot(ctx context.Context, r *pb.DeleteSnapshotRequest) (*pb.DeleteSnapshotResponse, error) {
+	return forward(s, ctx, func() (*pb.DeleteSnapshotResponse, error) {
+		m, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			return clustermap.DeleteSnapshot(m, r.Volume, r.Name)
+		})
+		if errors.Is(err, clustermap.ErrNoVolume) || errors.Is(err, clustermap.ErrNoSnapshot) {
+			return nil, status.Error(codes.NotFound, err.Error())
+		}
+		if err != nil {
+			return nil, err
+		}
+		if pending := s.waitInstalled(m.Epoch, limits.FenceWaitMax); len(pending) > 0 {
+			s.log.WarnContext(ctx, "snapshot deleted, but some bricks have not confirmed the map yet; they serve it as they learn it",
+				"volume", r.Volume, "name", r.Name, "epoch", m.Epoch, "bricks", pending)
+		}
+		s.log.InfoContext(ctx, "snapshot deleted", "volume", r.Volume, "name", r.Name, "epoch", m.Epoch)
+		return &pb.DeleteSnapshotResponse{}, nil
+	}, func(cl pb.CoordinatorClient) (*pb.DeleteSnapshotResponse, error) { return cl.DeleteSnapshot(ctx, r) })
+}
+
 func (s *Server) DrainBrick(ctx context.Context, r *pb.DrainBrickRequest) (*pb.DrainBrickResponse, error) {
 	return forward(s, ctx, func() (*pb.DrainBrickResponse, error) {
 		m, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {

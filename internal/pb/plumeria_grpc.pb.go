@@ -34,6 +34,7 @@ const (
 	Coordinator_CreateVolume_FullMethodName       = "/plumeria.v1.Coordinator/CreateVolume"
 	Coordinator_Fence_FullMethodName              = "/plumeria.v1.Coordinator/Fence"
 	Coordinator_Snapshot_FullMethodName           = "/plumeria.v1.Coordinator/Snapshot"
+	Coordinator_DeleteSnapshot_FullMethodName     = "/plumeria.v1.Coordinator/DeleteSnapshot"
 	Coordinator_DrainBrick_FullMethodName         = "/plumeria.v1.Coordinator/DrainBrick"
 	Coordinator_RemoveBrick_FullMethodName        = "/plumeria.v1.Coordinator/RemoveBrick"
 	Coordinator_PGSynced_FullMethodName           = "/plumeria.v1.Coordinator/PGSynced"
@@ -65,6 +66,11 @@ type CoordinatorClient interface {
 	Fence(ctx context.Context, in *FenceRequest, opts ...grpc.CallOption) (*FenceResponse, error)
 	// Snapshot takes a crash-consistent snapshot of a volume.
 	Snapshot(ctx context.Context, in *SnapshotRequest, opts ...grpc.CallOption) (*SnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot of a volume: reads of its name fail
+	// from then on, and the primaries of the volume's PGs prune the block
+	// versions no other snapshot sees (the cleaner then reclaims their space).
+	// NotFound for an unknown volume or snapshot.
+	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
 	DrainBrick(ctx context.Context, in *DrainBrickRequest, opts ...grpc.CallOption) (*DrainBrickResponse, error)
 	RemoveBrick(ctx context.Context, in *RemoveBrickRequest, opts ...grpc.CallOption) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
@@ -170,6 +176,16 @@ func (c *coordinatorClient) Snapshot(ctx context.Context, in *SnapshotRequest, o
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SnapshotResponse)
 	err := c.cc.Invoke(ctx, Coordinator_Snapshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteSnapshotResponse)
+	err := c.cc.Invoke(ctx, Coordinator_DeleteSnapshot_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -286,6 +302,11 @@ type CoordinatorServer interface {
 	Fence(context.Context, *FenceRequest) (*FenceResponse, error)
 	// Snapshot takes a crash-consistent snapshot of a volume.
 	Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error)
+	// DeleteSnapshot deletes a snapshot of a volume: reads of its name fail
+	// from then on, and the primaries of the volume's PGs prune the block
+	// versions no other snapshot sees (the cleaner then reclaims their space).
+	// NotFound for an unknown volume or snapshot.
+	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
 	DrainBrick(context.Context, *DrainBrickRequest) (*DrainBrickResponse, error)
 	RemoveBrick(context.Context, *RemoveBrickRequest) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
@@ -340,6 +361,9 @@ func (UnimplementedCoordinatorServer) Fence(context.Context, *FenceRequest) (*Fe
 }
 func (UnimplementedCoordinatorServer) Snapshot(context.Context, *SnapshotRequest) (*SnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Snapshot not implemented")
+}
+func (UnimplementedCoordinatorServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
 }
 func (UnimplementedCoordinatorServer) DrainBrick(context.Context, *DrainBrickRequest) (*DrainBrickResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainBrick not implemented")
@@ -529,6 +553,24 @@ func _Coordinator_Snapshot_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(CoordinatorServer).Snapshot(ctx, req.(*SnapshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteSnapshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).DeleteSnapshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_DeleteSnapshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).DeleteSnapshot(ctx, req.(*DeleteSnapshotRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -733,6 +775,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Snapshot",
 			Handler:    _Coordinator_Snapshot_Handler,
+		},
+		{
+			MethodName: "DeleteSnapshot",
+			Handler:    _Coordinator_DeleteSnapshot_Handler,
 		},
 		{
 			MethodName: "DrainBrick",
