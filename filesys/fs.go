@@ -176,6 +176,11 @@ const (
 	// iopenLockBase (1 << 42) + inode number: open locks (iopen.go)
 )
 
+// BarrierLock is the barrier's lock id in the volume's table: a snapshot
+// holds it in write mode while the volume snapshot is taken (every node
+// settles first: settleAll).
+const BarrierLock uint64 = barrierLock
+
 func inodeLock(ino uint64) uint64 { return inodeLockBase + ino }
 func rgLock(g int) uint64         { return rgLockBase + uint64(g) }
 

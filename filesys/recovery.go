@@ -107,6 +107,13 @@ func ReplayLog(ctx context.Context, dev Device, slot int) (int, error) {
 	return replayLog(ctx, dev, slot, dev.WriteData)
 }
 
+// UnappliedLog returns how many blocks replaying log slot i would change:
+// 0 when every record of the log is in place (a snapshot taken under the
+// barrier; a node that wrote everything back). It writes nothing.
+func UnappliedLog(ctx context.Context, dev Device, slot int) (int, error) {
+	return replayLog(ctx, dev, slot, func(context.Context, []byte, uint64) error { return nil })
+}
+
 // replayLog is ReplayLog writing each block with write.
 func replayLog(ctx context.Context, dev Device, slot int, write func(ctx context.Context, p []byte, off uint64) error) (int, error) {
 	recs, err := redo.Recover(ctx, logDevice{dev}, redo.Options{Base: layout.LogAddr(slot), Size: layout.LogBytes})

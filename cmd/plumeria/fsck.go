@@ -8,15 +8,16 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/fsck"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
 func fsckCmd() *cobra.Command {
-	var vol string
+	var vol, snap string
 	var repair bool
 	c := &cobra.Command{
-		Use:   "fsck --volume NAME [--repair]",
+		Use:   "fsck --volume NAME [--repair | --snapshot SNAP]",
 		Short: "Check a file system offline (no node may have it mounted) and, with --repair, fix what is safe",
 		Long: `fsck verifies every invariant of the file system on a volume: superblock,
 log slots, resource groups, every allocated inode, the directory tree from
@@ -31,7 +32,11 @@ clean (or everything found was repaired), 1 otherwise.`,
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.Flags().BoolVar(&repair, "repair", false, "repair what can be repaired safely (writes to the volume)")
+	c.Flags().StringVar(&snap, "snapshot", "", "check this snapshot of the volume instead (read-only; it may be checked while nodes mount the volume)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if snap != "" && repair {
+			return fmt.Errorf("--repair and --snapshot: a snapshot is read-only")
+		}
 		v, done, err := openVolume(cmd.Context(), connect, vol, "fsck")
 		if err != nil {
 			return err
@@ -55,7 +60,12 @@ clean (or everything found was repaired), 1 otherwise.`,
 			bar.Set64(n)
 		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-		rep, err := fsck.Check(cmd.Context(), node.NewFSDevice(v), fsck.Options{Repair: repair, Progress: progress, Logger: log})
+		var dev filesys.Device = node.NewFSDevice(v)
+		if snap != "" {
+			dev = node.NewSnapshotDevice(v, snap)
+			vol += "@" + snap
+		}
+		rep, err := fsck.Check(cmd.Context(), dev, fsck.Options{Repair: repair, Snapshot: snap != "", Progress: progress, Logger: log})
 		if bar != nil {
 			bar.Finish()
 		}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/history"
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
 	"github.com/plumeria-fs/plumeria/node"
 	"github.com/plumeria-fs/plumeria/volume"
@@ -71,12 +73,12 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 }
 
 func mountCmd() *cobra.Command {
-	var name, id, metricsListen, logLevel string
+	var name, id, snap, metricsListen, logLevel string
 	var debug bool
 	var kernelCache time.Duration
 	var dataCache, readAhead string
 	c := &cobra.Command{
-		Use:     "mount --coord ADDR --volume NAME MOUNTPOINT",
+		Use:     "mount --coord ADDR --volume NAME [--snapshot SNAP] MOUNTPOINT",
 		Short:   "Mount a volume's file system (runs until unmounted or SIGTERM/SIGINT)",
 		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1 --metrics-listen :9101",
 		Args:    cobra.ExactArgs(1),
@@ -84,6 +86,7 @@ func mountCmd() *cobra.Command {
 	connect := coordFlag(c)
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
+	c.Flags().StringVar(&snap, "snapshot", "", "mount this snapshot of the volume, read-only (plumeria snapshot list shows them)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().DurationVar(&kernelCache, "kernel-cache", kernelCacheDefault,
 		"how long the kernel may keep names and attributes (dropped at once when another node changes them; 0: cache nothing)")
@@ -137,7 +140,16 @@ func mountCmd() *cobra.Command {
 		if raBytes == 0 {
 			raBytes = -1 // the kernel's
 		}
-		m, err := mountFS(ctx, cl, name, id, args[0], mountOptions{fuse: fuse.Options{Debug: debug, CacheTimeout: kernelCache, ReadAhead: int(raBytes)}, dataCache: cacheBytes}, log)
+		mo := mountOptions{fuse: fuse.Options{Debug: debug, CacheTimeout: kernelCache, ReadAhead: int(raBytes)}, dataCache: cacheBytes}
+		if snap != "" {
+			m, err := mountSnapshot(ctx, cl, name, snap, args[0], mo, log)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("mounted snapshot %s of volume %s on %s, read-only\n", snap, name, args[0])
+			return m.wait(ctx)
+		}
+		m, err := mountFS(ctx, cl, name, id, args[0], mo, log)
 		if err != nil {
 			return err
 		}
@@ -147,11 +159,11 @@ func mountCmd() *cobra.Command {
 	return c
 }
 
-// fsMount is a mounted fs node: file system and FUSE server.
+// fsMount is a mounted fs node (or snapshot): file system and FUSE server.
 type fsMount struct {
-	n   *node.FSNode
-	srv *fuse.Server
-	dir string
+	close func(context.Context) error // what the FUSE server served
+	srv   *fuse.Server
+	dir   string
 }
 
 // kernelCacheDefault is how long the kernel keeps names and attributes
@@ -181,12 +193,44 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 		return nil, err
 	}
 	opts.Volume, opts.Logger = name, log
+	// The mount shows the volume's snapshots under .plumeria.
+	view := history.New(n.FS, node.Snapshots(cl, name, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache}))
+	srv, err := fuse.Mount(dir, view, opts)
+	if err != nil {
+		n.Close(context.Background())
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	closeAll := func(ctx context.Context) error {
+		view.CloseSnapshots(ctx)
+		return n.Close(ctx)
+	}
+	return &fsMount{close: closeAll, srv: srv, dir: dir}, nil
+}
+
+// mountSnapshot mounts snapshot snap of volume name on dir, read-only.
+func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir string, mo mountOptions, log *slog.Logger) (*fsMount, error) {
+	opts := mo.fuse
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
+	}
+	names, err := node.Snapshots(cl, name, node.FSNodeOptions{}).List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list the snapshots of volume %s: %w", name, err)
+	}
+	if !slices.Contains(names, snap) {
+		return nil, fmt.Errorf("volume %s has no snapshot %q (plumeria snapshot list --volume %s shows them)", name, snap, name)
+	}
+	n, err := node.MountSnapshot(ctx, cl, name, snap, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})
+	if err != nil {
+		return nil, err
+	}
+	opts.Volume, opts.Logger, opts.ReadOnly = name+"@"+snap, log, true
 	srv, err := fuse.Mount(dir, n.FS, opts)
 	if err != nil {
 		n.Close(context.Background())
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	return &fsMount{n: n, srv: srv, dir: dir}, nil
+	return &fsMount{close: n.Close, srv: srv, dir: dir}, nil
 }
 
 // wait serves until ctx ends (then unmounts) or the mount goes away
@@ -204,7 +248,7 @@ func (m *fsMount) wait(ctx context.Context) error {
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := m.n.Close(cctx); err != nil {
+	if err := m.close(cctx); err != nil {
 		return fmt.Errorf("unmount %s: %w", m.dir, err)
 	}
 	return nil

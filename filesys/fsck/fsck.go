@@ -61,6 +61,10 @@ type Options struct {
 	Progress func(done, total int64, what string)
 	// Logger receives one line per repair (nil: discard).
 	Logger *slog.Logger
+	// Snapshot says the device is a snapshot taken through the barrier
+	// (read-only): a log slot in use is no problem if every record of its
+	// log is in place, as the barrier ensures. Not with Repair.
+	Snapshot bool
 }
 
 // Problem is one violated invariant.
@@ -154,6 +158,9 @@ type checker struct {
 // returns an error only when it cannot proceed: no superblock, or the
 // volume fails.
 func Check(ctx context.Context, dev filesys.Device, opts Options) (Report, error) {
+	if opts.Snapshot && opts.Repair {
+		return Report{}, errors.New("fsck: a snapshot is read-only: no repair")
+	}
 	c := &checker{ctx: ctx, dev: dev, opts: opts, log: opts.Logger, inodes: map[uint64]*info{}, complete: true}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -254,6 +261,19 @@ func (c *checker) checkSlots(super layout.Super) error {
 		}
 		if !s.Used || s.UUID != super.UUID {
 			continue // free, or left by an earlier format of the volume
+		}
+		if c.opts.Snapshot {
+			if s.Recovered {
+				continue // its orphans are freed in the live file system
+			}
+			n, err := filesys.UnappliedLog(c.ctx, c.dev, i)
+			switch {
+			case err != nil:
+				c.problem("log slot %d of node %q (session %d) in the snapshot: its log cannot be read: %v", i, s.Name, s.Session, err)
+			case n > 0:
+				c.problem("log slot %d of node %q (session %d) in the snapshot: %d blocks lack records of its log (the snapshot was not taken through the barrier)", i, s.Name, s.Session, n)
+			}
+			continue
 		}
 		var p int
 		if s.Recovered {

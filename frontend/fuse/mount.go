@@ -66,6 +66,10 @@ type Options struct {
 	// then only the invalidator drops them.
 	KeepCache bool
 
+	// ReadOnly mounts read-only ("ro"): the kernel refuses every change
+	// with EROFS before it reaches FileSystem (a snapshot).
+	ReadOnly bool
+
 	Debug  bool         // log every FUSE request (go-fuse's debug output)
 	Logger *slog.Logger // nil: slog.Default()
 	// Registerer receives the metrics (frontend/fuse/metrics.go); nil
@@ -185,6 +189,9 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 		ExternalNodeID: true,
 		RootStableAttr: &fs.StableAttr{Ino: filesys.RootIno, Gen: root.Gen},
 		Logger:         slog.NewLogLogger(m.log.Handler(), slog.LevelWarn),
+	}
+	if opts.ReadOnly {
+		fo.MountOptions.Options = append(fo.MountOptions.Options, "ro")
 	}
 	if opts.Debug {
 		fo.MountOptions.Logger = log.New(os.Stderr, "fuse: ", log.Lmicroseconds)
