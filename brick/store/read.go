@@ -359,6 +359,13 @@ func (s *Store) corrupt(k Key, e entry, why any) error {
 // until fn returns false. fn runs with no lock held and may call the store;
 // it sees each entry as of some moment during the Scan.
 func (s *Store) Scan(vol, blockLo, blockHi uint64, fn func(Entry) bool) error {
+	return s.scanEntries(vol, blockLo, blockHi, func(k Key, e entry) bool {
+		return fn(Entry{Key: k, Seq: e.seq, Tombstone: e.tomb})
+	})
+}
+
+// scanEntries is Scan with the index's whole entries.
+func (s *Store) scanEntries(vol, blockLo, blockHi uint64, fn func(Key, entry) bool) error {
 	if blockLo >= blockHi {
 		return nil
 	}
@@ -369,8 +376,8 @@ func (s *Store) Scan(vol, blockLo, blockHi uint64, fn func(Entry) bool) error {
 		if err != nil {
 			return fmt.Errorf("scan vol %d blocks [%d, %d): %w", vol, blockLo, blockHi, err)
 		}
-		for _, e := range ents {
-			if !fn(e) {
+		for _, f := range ents {
+			if !fn(f.k, f.e) {
 				return nil
 			}
 		}
@@ -381,7 +388,7 @@ func (s *Store) Scan(vol, blockLo, blockHi uint64, fn func(Entry) bool) error {
 
 // scanChunk reads up to scanEntriesMax entries in [lo, hi) and returns the
 // key to continue from, or nil at the end.
-func (s *Store) scanChunk(lo, hi []byte) ([]Entry, []byte, error) {
+func (s *Store) scanChunk(lo, hi []byte) ([]found, []byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.mu.closed {
@@ -391,7 +398,7 @@ func (s *Store) scanChunk(lo, hi []byte) ([]Entry, []byte, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var ents []Entry
+	var ents []found
 	var next []byte
 	for it.First(); it.Valid(); it.Next() {
 		if len(ents) == scanEntriesMax {
@@ -404,7 +411,7 @@ func (s *Store) scanChunk(lo, hi []byte) ([]Entry, []byte, error) {
 			it.Close()
 			return nil, nil, err
 		}
-		ents = append(ents, Entry{Key: k, Seq: e.seq, Tombstone: e.tomb})
+		ents = append(ents, found{k, e})
 	}
 	return ents, next, it.Close()
 }
