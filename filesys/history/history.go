@@ -81,7 +81,9 @@ func (h *FS) CloseSnapshots(ctx context.Context) {
 	h.mu.slots, h.mu.byName = nil, map[string]int{}
 	h.mu.Unlock()
 	for _, o := range slots {
-		o.close(ctx)
+		if o != nil {
+			o.close(ctx)
+		}
 	}
 }
 
@@ -134,7 +136,17 @@ func (h *FS) dirAttr(ino uint64) filesys.Attr {
 }
 
 // snapshot opens (once) snapshot name and returns its slot's file system.
+// A snapshot deleted since it was opened here is closed: the kernel's
+// references to its inodes get ErrStale.
 func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, error) {
+	names, err := h.snaps.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
+	}
+	if !slices.Contains(names, name) {
+		h.forget(ctx, name)
+		return nil, filesys.ErrNotFound
+	}
 	h.mu.Lock()
 	if s, ok := h.mu.byName[name]; ok {
 		fs := h.mu.slots[s].fs
@@ -159,6 +171,22 @@ func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, error) {
 	h.mu.byName[name] = len(h.mu.slots)
 	h.mu.slots = append(h.mu.slots, &opened{name: name, fs: fs, close: closeFn})
 	return fs, nil
+}
+
+// forget closes snapshot name if it is open here.
+func (h *FS) forget(ctx context.Context, name string) {
+	h.mu.Lock()
+	s, ok := h.mu.byName[name]
+	var o *opened
+	if ok {
+		o = h.mu.slots[s]
+		h.mu.slots[s] = nil // its number is never reused: stale from now on
+		delete(h.mu.byName, name)
+	}
+	h.mu.Unlock()
+	if o != nil {
+		o.close(ctx)
+	}
 }
 
 // Lookup finds name in dir; .plumeria in the root is the history directory.
@@ -223,6 +251,17 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 			return nil, false, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
 		}
 		slices.Sort(names)
+		h.mu.Lock()
+		var gone []string
+		for name := range h.mu.byName {
+			if _, ok := slices.BinarySearch(names, name); !ok {
+				gone = append(gone, name)
+			}
+		}
+		h.mu.Unlock()
+		for _, name := range gone {
+			h.forget(ctx, name)
+		}
 	}
 	// Cookie i+1 is names[i]; a listing resumed after a change of the
 	// snapshot list may skip or repeat a name, as with any directory.
@@ -258,3 +297,8 @@ func (h *FS) SetInvalidator(fn func(ino uint64, dir bool, name string)) { h.live
 // CacheFor is the live file system's: what the kernel learns of a
 // snapshot stays true, but one bound for the whole mount is simpler.
 func (h *FS) CacheFor() time.Duration { return h.live.CacheFor() }
+
+// UncachedNames reports the directories whose names the kernel must not
+// cache (frontend/fuse.UncachedNames): the list of snapshots changes
+// without any lock telling this node.
+func (h *FS) UncachedNames(dir uint64) bool { return dir == snapsIno }

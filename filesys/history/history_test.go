@@ -129,4 +129,26 @@ func TestHistory(t *testing.T) {
 	if n, err := h.Read(ctx, old.Ino, 0, buf, 0); err != nil || !bytes.Equal(buf[:n], []byte("old")) {
 		t.Fatalf("after the refusals the snapshot reads %q (%v)", buf[:n], err)
 	}
+	if !h.UncachedNames(sd.Ino) || h.UncachedNames(root.Ino) || h.UncachedNames(filesys.RootIno) {
+		t.Fatal("only the list of snapshots changes behind the kernel's back")
+	}
+
+	// Deleted: the name is gone and what the kernel holds of it is stale.
+	snap := snaps["s1"]
+	delete(snaps, "s1")
+	if _, err := h.Lookup(ctx, sd.Ino, "s1"); !errors.Is(err, filesys.ErrNotFound) {
+		t.Fatalf("lookup of a deleted snapshot: %v", err)
+	}
+	if _, err := h.Getattr(ctx, old.Ino); !errors.Is(err, filesys.ErrStale) {
+		t.Fatalf("getattr in a deleted snapshot: %v", err)
+	}
+	if ents, _, err := h.ReadDir(ctx, sd.Ino, 0, 100); err != nil || len(ents) != 0 {
+		t.Fatalf("snapshots lists %v (%v) after the delete", ents, err)
+	}
+	// Made again under the same name: new inode numbers.
+	snaps["s1"] = snap
+	again, err := h.Lookup(ctx, sd.Ino, "s1")
+	if err != nil || again.Ino == root.Ino {
+		t.Fatalf("a snapshot made again: %v, root %d (was %d)", err, again.Ino, root.Ino)
+	}
 }

@@ -86,3 +86,12 @@ type FileSystem interface {
 	// paused). Timeouts of replies are cut to it.
 	CacheFor() time.Duration
 }
+
+// UncachedNames is an optional method of a FileSystem: the kernel caches
+// no name of a directory for which it reports true, nor the absence of
+// one (negative entries), nor the attributes such a lookup returns. For
+// directories whose names change without the invalidator being told, such
+// as the list of a volume's snapshots (filesys/history).
+type UncachedNames interface {
+	UncachedNames(dir uint64) bool
+}

@@ -90,6 +90,9 @@ func (r *rawFS) entry(parent uint64, out *fuse.EntryOut, serve func() fuse.Statu
 	}
 	if out != nil { // a positive or negative entry: both timeouts end with the lease
 		lease := r.m.fsys.CacheFor()
+		if u, ok := r.m.fsys.(UncachedNames); ok && u.UncachedNames(parent) {
+			lease = 0
+		}
 		out.SetEntryTimeout(min(out.EntryTimeout(), lease))
 		out.SetAttrTimeout(min(out.AttrTimeout(), lease))
 	}

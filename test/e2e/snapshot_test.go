@@ -78,6 +78,10 @@ func TestSnapshotWhileWriting(t *testing.T) {
 			}
 		}()
 	}
+	// Not there yet: the kernel must not remember that (a negative entry).
+	if _, err := os.Stat(filepath.Join(b, ".plumeria", "snapshots", "s1")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a snapshot before it was taken: %v", err)
+	}
 	time.Sleep(time.Second)
 	before := make([]int, len(ws))
 	for k, w := range ws {
