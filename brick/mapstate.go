@@ -60,7 +60,8 @@ func (s *Server) installer() {
 		close(s.served)
 		s.served = make(chan struct{})
 		s.pgMu.Unlock()
-		s.kickCore() // backfills and reconciliations the new map calls for
+		s.kickCore()  // backfills and reconciliations the new map calls for
+		s.kickPrune() // a snapshot deleted, or a PG led anew
 	}
 }
 

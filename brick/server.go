@@ -86,6 +86,9 @@ type Server struct {
 
 	fetchMu sync.Mutex // single-flight map refresh
 
+	pruned    *pruneFile    // PGs pruned after snapshot deletions (prune.go)
+	pruneKick chan struct{} // wakes pruneLoop
+
 	bf struct {
 		sync.Mutex
 		running map[bfKey]bool
@@ -121,7 +124,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
 		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
-		served: make(chan struct{}), kick: make(chan struct{}, 1), coreKick: make(chan struct{}, 1)}
+		served: make(chan struct{}), kick: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
@@ -130,6 +133,10 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	if err := s.initSeq(); err != nil {
 		st.Close()
 		return nil, err
+	}
+	if s.pruned, err = openPruneFile(cfg.DataDir); err != nil {
+		st.Close()
+		return nil, fmt.Errorf("brick %s: %w", cfg.Name, err)
 	}
 	pb.RegisterBrickServer(gs, s)
 	memory.add(s)
@@ -150,12 +157,13 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
-	s.wg.Add(6)
+	s.wg.Add(7)
 	go s.installer()
 	go s.coreLoop()
 	go s.heartbeatLoop()
 	go s.usageLoop()
 	go s.orphanLoop()
+	go s.pruneLoop()
 	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()
 	return nil
 }
