@@ -19,7 +19,7 @@ const vdiskIOBytes = 4 << 20
 
 func vdiskCmd() *cobra.Command {
 	c := &cobra.Command{Use: "vdisk", Short: "Read, write, fence and snapshot virtual disks (operator and test commands)"}
-	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskDecommitCmd(), vdiskVerifyCmd())
+	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskSnapshotDeleteCmd(), vdiskDecommitCmd(), vdiskVerifyCmd())
 	return c
 }
 
@@ -231,6 +231,36 @@ func vdiskSnapshotCmd() *cobra.Command {
 			return fmt.Errorf("snapshot: %s", coordclient.ErrorMessage(err))
 		}
 		fmt.Printf("snapshot %s of volume %s taken\n", name, vol)
+		return nil
+	}
+	return c
+}
+
+func vdiskSnapshotDeleteCmd() *cobra.Command {
+	var vol, name string
+	c := &cobra.Command{
+		Use:   "snapshot-delete --volume NAME --name SNAP",
+		Short: "Delete a snapshot of a volume; the bricks then free what only it kept",
+		Long: `snapshot-delete removes the snapshot from the cluster map: reads of it fail
+from then on. The primary of each placement group then removes, in the
+background, the block versions no other snapshot and not the live volume
+reads, and the bricks' cleaners reclaim their space.`,
+		Example: "  plumeria vdisk snapshot-delete --coord 127.0.0.1:7001 --volume vol1 --name hourly-3",
+		Args:    cobra.NoArgs,
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&vol, "volume", "", "volume name")
+	c.Flags().StringVar(&name, "name", "", "snapshot name")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := volume.DeleteSnapshot(cmd.Context(), cl, vol, name); err != nil {
+			return err
+		}
+		fmt.Printf("snapshot %s of volume %s deleted\n", name, vol)
 		return nil
 	}
 	return c
