@@ -104,7 +104,11 @@ type Volume struct {
 	// sees until it has pruned at this count (brick/prune.go); only it
 	// goes up.
 	SnapshotsDeleted uint64 `json:"snapshots_deleted,omitempty"`
-	PGs              []PG   `json:"pgs"`
+	// Schedule, if set, has the coordinators' leader take a snapshot of
+	// the volume's file system every so often and keep the newest few
+	// (schedule.go).
+	Schedule *SnapshotSchedule `json:"snapshot_schedule,omitempty"`
+	PGs      []PG              `json:"pgs"`
 }
 
 // PGOf returns the placement group of the chunk that holds byte offset off.
@@ -151,6 +155,10 @@ func (m *Map) Clone() *Map {
 	c.Volumes = make([]Volume, len(m.Volumes))
 	for i, v := range m.Volumes {
 		v.Snapshots = cloneMap(v.Snapshots)
+		if v.Schedule != nil {
+			sc := *v.Schedule
+			v.Schedule = &sc
+		}
 		v.PGs = make([]PG, len(m.Volumes[i].PGs))
 		for j, p := range m.Volumes[i].PGs {
 			v.PGs[j] = PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Since: p.Since, Leaving: slices.Clone(p.Leaving)}
@@ -289,6 +297,11 @@ func (m *Map) validateVolume(v *Volume) error {
 	}
 	if len(v.Snapshots) > limits.SnapshotsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d snapshots exceed %d", v.Name, len(v.Snapshots), limits.SnapshotsPerVolumeMax)
+	}
+	if v.Schedule != nil {
+		if err := v.Schedule.Validate(); err != nil {
+			return fmt.Errorf("clustermap: volume %s: %w", v.Name, err)
+		}
 	}
 	for name, g := range v.Snapshots {
 		if err := ValidName(name); err != nil {

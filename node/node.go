@@ -51,7 +51,11 @@ type Node struct {
 	fatal    chan error // a role that cannot go on
 	stopLock context.CancelFunc
 	cc       *coordclient.Client
-	http     *httpServer // nil: no HTTP port (node/http.go)
+	// The snapshot schedules (schedule.go) of a coordinator process, with
+	// a client of its own when the process has no other role.
+	stopSchedules context.CancelFunc
+	ownCC         *coordclient.Client
+	http          *httpServer // nil: no HTTP port (node/http.go)
 }
 
 // Start brings the roles up. It returns once the brick (if any) has
@@ -130,6 +134,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.stopLock = cancel
 		go n.lock.run(lctx)
 	}
+	if n.coord != nil {
+		cc := n.cc
+		if cc == nil {
+			if cc, err = coordclient.New(cfg.Advertise); err != nil {
+				return fail(err)
+			}
+			n.ownCC = cc
+		}
+		sctx, cancel := context.WithCancel(context.Background())
+		n.stopSchedules = cancel
+		go n.runSchedules(sctx, cc, cfg.Logger)
+	}
 	return n, nil
 }
 
@@ -153,6 +169,9 @@ func (n *Node) Stop() {
 	if n.stopLock != nil {
 		n.stopLock()
 	}
+	if n.stopSchedules != nil {
+		n.stopSchedules()
+	}
 	if n.gs != nil {
 		n.gs.Stop()
 	}
@@ -164,6 +183,9 @@ func (n *Node) Stop() {
 	}
 	if n.cc != nil {
 		n.cc.Close()
+	}
+	if n.ownCC != nil {
+		n.ownCC.Close()
 	}
 	n.mux.Close()
 }

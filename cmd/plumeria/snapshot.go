@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,8 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/node"
+	"github.com/plumeria-fs/plumeria/volume"
 )
 
 func snapshotCmd() *cobra.Command {
@@ -25,7 +29,7 @@ Every mounted node writes back what it changed before the snapshot is taken
 one in any mount at MNT/.plumeria/snapshots/SNAP/, or mount it on its own:
 plumeria mount --volume NAME --snapshot SNAP DIR.`,
 	}
-	c.AddCommand(snapshotCreateCmd(), snapshotListCmd())
+	c.AddCommand(snapshotCreateCmd(), snapshotListCmd(), snapshotDeleteCmd(), snapshotScheduleCmd())
 	return c
 }
 
@@ -94,9 +98,105 @@ func snapshotListCmd() *cobra.Command {
 		slices.SortFunc(names, func(a, b string) int { // oldest first
 			return cmp.Or(cmp.Compare(v.Snapshots[a], v.Snapshots[b]), strings.Compare(a, b))
 		})
+		if sc := v.Schedule; sc != nil {
+			fmt.Printf("schedule: every %v, keeping the newest %d (%s...)\n", sc.Every(), sc.Keep, clustermap.ScheduledPrefix)
+		}
 		fmt.Printf("%-32s %s\n", "SNAPSHOT", "GENERATION")
 		for _, n := range names {
 			fmt.Printf("%-32s %d\n", n, v.Snapshots[n])
+		}
+		return nil
+	}
+	return c
+}
+
+func snapshotDeleteCmd() *cobra.Command {
+	var vol string
+	c := &cobra.Command{
+		Use:   "delete --volume NAME SNAP",
+		Short: "Delete a snapshot; the bricks then free what only it kept",
+		Long: `delete removes the snapshot at once: reads of it fail from then on, mounts
+stop listing it, and files of it still open read ESTALE. In the background
+the bricks drop the block versions no remaining snapshot and not the live
+file system reads, and their cleaners reclaim the space (plumeria status
+shows the bricks' used bytes fall).`,
+		Args: cobra.ExactArgs(1),
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&vol, "volume", "", "volume name")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if vol == "" {
+			return fmt.Errorf("--volume is required")
+		}
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		if err := volume.DeleteSnapshot(cmd.Context(), cl, vol, args[0]); err != nil {
+			return err
+		}
+		fmt.Printf("snapshot %s of volume %s deleted; the bricks free its space in the background\n", args[0], vol)
+		return nil
+	}
+	return c
+}
+
+func snapshotScheduleCmd() *cobra.Command {
+	var vol string
+	var every time.Duration
+	var keep int
+	var off bool
+	c := &cobra.Command{
+		Use:   "schedule --volume NAME (--every DURATION --keep N | --off)",
+		Short: "Have the cluster take snapshots of a volume on a schedule",
+		Long: `schedule has the coordinators' leader take a snapshot of the volume's file
+system every DURATION, named auto-<UTC time> (e.g. auto-20261126T120000Z),
+and delete the oldest scheduled ones beyond the newest N. Snapshots taken
+by hand are never deleted by it. --off stops the schedule (its snapshots
+stay).`,
+		Example: "  plumeria snapshot schedule --coord 127.0.0.1:7001 --volume default --every 1h --keep 24",
+		Args:    cobra.NoArgs,
+	}
+	connect := coordFlag(c)
+	c.Flags().StringVar(&vol, "volume", "", "volume name")
+	c.Flags().DurationVar(&every, "every", 0, fmt.Sprintf("how often (%v to %v)", clustermap.ScheduleEveryMin, clustermap.ScheduleEveryMax))
+	c.Flags().IntVar(&keep, "keep", 0, "how many scheduled snapshots to keep")
+	c.Flags().BoolVar(&off, "off", false, "stop the schedule")
+	c.RunE = func(cmd *cobra.Command, _ []string) error {
+		if vol == "" {
+			return fmt.Errorf("--volume is required")
+		}
+		req := &pb.SetSnapshotScheduleRequest{Volume: vol}
+		switch {
+		case off && (every != 0 || keep != 0):
+			return fmt.Errorf("--off takes no --every or --keep")
+		case !off:
+			if every%time.Second != 0 {
+				return fmt.Errorf("--every %v: give whole seconds", every)
+			}
+			sc := clustermap.SnapshotSchedule{EverySeconds: int64(every / time.Second), Keep: keep}
+			if err := sc.Validate(); err != nil {
+				return fmt.Errorf("--every %v --keep %d: %w", every, keep, err)
+			}
+			req.EveryS, req.Keep = sc.EverySeconds, int32(keep)
+		}
+		cl, err := connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		err = cl.Call(cmd.Context(), func(ctx context.Context, c pb.CoordinatorClient) error {
+			_, err := c.SetSnapshotSchedule(ctx, req)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("snapshot schedule of %s: %s", vol, coordclient.ErrorMessage(err))
+		}
+		if off {
+			fmt.Printf("volume %s: no snapshot schedule\n", vol)
+		} else {
+			fmt.Printf("volume %s: a snapshot every %v, keeping the newest %d\n", vol, every, keep)
 		}
 		return nil
 	}

@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49, 0}
 }
 
 type JoinRequest struct {
@@ -1209,6 +1209,102 @@ func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{19}
 }
 
+type SetSnapshotScheduleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	EveryS        int64                  `protobuf:"varint,2,opt,name=every_s,json=everyS,proto3" json:"every_s,omitempty"`
+	Keep          int32                  `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSnapshotScheduleRequest) Reset() {
+	*x = SetSnapshotScheduleRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSnapshotScheduleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSnapshotScheduleRequest) ProtoMessage() {}
+
+func (x *SetSnapshotScheduleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSnapshotScheduleRequest.ProtoReflect.Descriptor instead.
+func (*SetSnapshotScheduleRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetSnapshotScheduleRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *SetSnapshotScheduleRequest) GetEveryS() int64 {
+	if x != nil {
+		return x.EveryS
+	}
+	return 0
+}
+
+func (x *SetSnapshotScheduleRequest) GetKeep() int32 {
+	if x != nil {
+		return x.Keep
+	}
+	return 0
+}
+
+type SetSnapshotScheduleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSnapshotScheduleResponse) Reset() {
+	*x = SetSnapshotScheduleResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSnapshotScheduleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSnapshotScheduleResponse) ProtoMessage() {}
+
+func (x *SetSnapshotScheduleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSnapshotScheduleResponse.ProtoReflect.Descriptor instead.
+func (*SetSnapshotScheduleResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+}
+
 type DrainBrickRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -1218,7 +1314,7 @@ type DrainBrickRequest struct {
 
 func (x *DrainBrickRequest) Reset() {
 	*x = DrainBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1326,7 @@ func (x *DrainBrickRequest) String() string {
 func (*DrainBrickRequest) ProtoMessage() {}
 
 func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1339,7 @@ func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickRequest.ProtoReflect.Descriptor instead.
 func (*DrainBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DrainBrickRequest) GetName() string {
@@ -1262,7 +1358,7 @@ type DrainBrickResponse struct {
 
 func (x *DrainBrickResponse) Reset() {
 	*x = DrainBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1370,7 @@ func (x *DrainBrickResponse) String() string {
 func (*DrainBrickResponse) ProtoMessage() {}
 
 func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1383,7 @@ func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickResponse.ProtoReflect.Descriptor instead.
 func (*DrainBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainBrickResponse) GetPgsRemaining() int64 {
@@ -1307,7 +1403,7 @@ type RemoveBrickRequest struct {
 
 func (x *RemoveBrickRequest) Reset() {
 	*x = RemoveBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1415,7 @@ func (x *RemoveBrickRequest) String() string {
 func (*RemoveBrickRequest) ProtoMessage() {}
 
 func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1428,7 @@ func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RemoveBrickRequest) GetName() string {
@@ -1357,7 +1453,7 @@ type RemoveBrickResponse struct {
 
 func (x *RemoveBrickResponse) Reset() {
 	*x = RemoveBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1465,7 @@ func (x *RemoveBrickResponse) String() string {
 func (*RemoveBrickResponse) ProtoMessage() {}
 
 func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1478,7 @@ func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
 }
 
 // since: the PG's Since when the backfill started; primary: the reporter.
@@ -1399,7 +1495,7 @@ type PGSyncedRequest struct {
 
 func (x *PGSyncedRequest) Reset() {
 	*x = PGSyncedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1507,7 @@ func (x *PGSyncedRequest) String() string {
 func (*PGSyncedRequest) ProtoMessage() {}
 
 func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1520,7 @@ func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedRequest.ProtoReflect.Descriptor instead.
 func (*PGSyncedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PGSyncedRequest) GetVol() uint64 {
@@ -1470,7 +1566,7 @@ type PGSyncedResponse struct {
 
 func (x *PGSyncedResponse) Reset() {
 	*x = PGSyncedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1578,7 @@ func (x *PGSyncedResponse) String() string {
 func (*PGSyncedResponse) ProtoMessage() {}
 
 func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1591,7 @@ func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedResponse.ProtoReflect.Descriptor instead.
 func (*PGSyncedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
 }
 
 type ReplicaFailedRequest struct {
@@ -1510,7 +1606,7 @@ type ReplicaFailedRequest struct {
 
 func (x *ReplicaFailedRequest) Reset() {
 	*x = ReplicaFailedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1618,7 @@ func (x *ReplicaFailedRequest) String() string {
 func (*ReplicaFailedRequest) ProtoMessage() {}
 
 func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1631,7 @@ func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicaFailedRequest) GetVol() uint64 {
@@ -1574,7 +1670,7 @@ type ReplicaFailedResponse struct {
 
 func (x *ReplicaFailedResponse) Reset() {
 	*x = ReplicaFailedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1682,7 @@ func (x *ReplicaFailedResponse) String() string {
 func (*ReplicaFailedResponse) ProtoMessage() {}
 
 func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1695,7 @@ func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
 }
 
 type RegisterLockServerRequest struct {
@@ -1612,7 +1708,7 @@ type RegisterLockServerRequest struct {
 
 func (x *RegisterLockServerRequest) Reset() {
 	*x = RegisterLockServerRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1720,7 @@ func (x *RegisterLockServerRequest) String() string {
 func (*RegisterLockServerRequest) ProtoMessage() {}
 
 func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1733,7 @@ func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RegisterLockServerRequest) GetName() string {
@@ -1663,7 +1759,7 @@ type RegisterLockServerResponse struct {
 
 func (x *RegisterLockServerResponse) Reset() {
 	*x = RegisterLockServerResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1771,7 @@ func (x *RegisterLockServerResponse) String() string {
 func (*RegisterLockServerResponse) ProtoMessage() {}
 
 func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1784,7 @@ func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterLockServerResponse) GetMapJson() []byte {
@@ -1708,7 +1804,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1816,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1829,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *OpenSessionRequest) GetClerk() string {
@@ -1759,7 +1855,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1867,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1880,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OpenSessionResponse) GetSession() uint64 {
@@ -1805,7 +1901,7 @@ type RecordRecoveredRequest struct {
 
 func (x *RecordRecoveredRequest) Reset() {
 	*x = RecordRecoveredRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1817,7 +1913,7 @@ func (x *RecordRecoveredRequest) String() string {
 func (*RecordRecoveredRequest) ProtoMessage() {}
 
 func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1830,7 +1926,7 @@ func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredRequest.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecordRecoveredRequest) GetClerk() string {
@@ -1862,7 +1958,7 @@ type RecordRecoveredResponse struct {
 
 func (x *RecordRecoveredResponse) Reset() {
 	*x = RecordRecoveredResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1970,7 @@ func (x *RecordRecoveredResponse) String() string {
 func (*RecordRecoveredResponse) ProtoMessage() {}
 
 func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1983,7 @@ func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredResponse.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 type CloseSessionRequest struct {
@@ -1901,7 +1997,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1913,7 +2009,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1926,7 +2022,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CloseSessionRequest) GetClerk() string {
@@ -1958,7 +2054,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1970,7 +2066,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1983,7 +2079,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 type StatusRequest struct {
@@ -1994,7 +2090,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2006,7 +2102,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2019,7 +2115,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 type StatusResponse struct {
@@ -2036,7 +2132,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2144,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2157,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -2089,7 +2185,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2197,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2210,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Writer) GetId() string {
@@ -2158,7 +2254,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2266,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2279,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -2259,7 +2355,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2271,7 +2367,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2284,7 +2380,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -2339,7 +2435,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2447,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2460,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -2390,7 +2486,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2402,7 +2498,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2415,7 +2511,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -2439,7 +2535,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2451,7 +2547,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2464,7 +2560,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -2518,7 +2614,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2530,7 +2626,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2543,7 +2639,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2567,7 +2663,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2675,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2688,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2645,7 +2741,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2753,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2766,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 // One block-level change, as the store applies it.
@@ -2687,7 +2783,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2699,7 +2795,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2712,7 +2808,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2765,7 +2861,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2777,7 +2873,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2790,7 +2886,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2850,7 +2946,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2862,7 +2958,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2875,7 +2971,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 type InventoryRequest struct {
@@ -2889,7 +2985,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +2997,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3010,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -2949,7 +3045,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3057,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3070,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -3007,7 +3103,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3019,7 +3115,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3032,7 +3128,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -3060,7 +3156,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3168,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3181,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -3139,7 +3235,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3247,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3260,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -3185,7 +3281,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3293,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3306,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3245,7 +3341,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3353,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3366,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3373,7 +3469,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x15DeleteSnapshotRequest\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"'\n" +
+	"\x16DeleteSnapshotResponse\"a\n" +
+	"\x1aSetSnapshotScheduleRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x17\n" +
+	"\aevery_s\x18\x02 \x01(\x03R\x06everyS\x12\x12\n" +
+	"\x04keep\x18\x03 \x01(\x05R\x04keep\"\x1d\n" +
+	"\x1bSetSnapshotScheduleResponse\"'\n" +
 	"\x11DrainBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
 	"\x12DrainBrickResponse\x12#\n" +
@@ -3509,7 +3610,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xbf\v\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xa9\f\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
 	"\x11RemoveCoordinator\x12%.plumeria.v1.RemoveCoordinatorRequest\x1a&.plumeria.v1.RemoveCoordinatorResponse\x12V\n" +
@@ -3519,7 +3620,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\fCreateVolume\x12 .plumeria.v1.CreateVolumeRequest\x1a!.plumeria.v1.CreateVolumeResponse\x12>\n" +
 	"\x05Fence\x12\x19.plumeria.v1.FenceRequest\x1a\x1a.plumeria.v1.FenceResponse\x12G\n" +
 	"\bSnapshot\x12\x1c.plumeria.v1.SnapshotRequest\x1a\x1d.plumeria.v1.SnapshotResponse\x12Y\n" +
-	"\x0eDeleteSnapshot\x12\".plumeria.v1.DeleteSnapshotRequest\x1a#.plumeria.v1.DeleteSnapshotResponse\x12M\n" +
+	"\x0eDeleteSnapshot\x12\".plumeria.v1.DeleteSnapshotRequest\x1a#.plumeria.v1.DeleteSnapshotResponse\x12h\n" +
+	"\x13SetSnapshotSchedule\x12'.plumeria.v1.SetSnapshotScheduleRequest\x1a(.plumeria.v1.SetSnapshotScheduleResponse\x12M\n" +
 	"\n" +
 	"DrainBrick\x12\x1e.plumeria.v1.DrainBrickRequest\x1a\x1f.plumeria.v1.DrainBrickResponse\x12P\n" +
 	"\vRemoveBrick\x12\x1f.plumeria.v1.RemoveBrickRequest\x1a .plumeria.v1.RemoveBrickResponse\x12G\n" +
@@ -3554,83 +3656,85 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_proto_plumeria_proto_goTypes = []any{
-	(HeartbeatRequest_Kind)(0),         // 0: plumeria.v1.HeartbeatRequest.Kind
-	(BlockOp_Kind)(0),                  // 1: plumeria.v1.BlockOp.Kind
-	(*JoinRequest)(nil),                // 2: plumeria.v1.JoinRequest
-	(*JoinResponse)(nil),               // 3: plumeria.v1.JoinResponse
-	(*RemoveCoordinatorRequest)(nil),   // 4: plumeria.v1.RemoveCoordinatorRequest
-	(*RemoveCoordinatorResponse)(nil),  // 5: plumeria.v1.RemoveCoordinatorResponse
-	(*RegisterBrickRequest)(nil),       // 6: plumeria.v1.RegisterBrickRequest
-	(*RegisterBrickResponse)(nil),      // 7: plumeria.v1.RegisterBrickResponse
-	(*PGUsage)(nil),                    // 8: plumeria.v1.PGUsage
-	(*HeartbeatRequest)(nil),           // 9: plumeria.v1.HeartbeatRequest
-	(*IOStats)(nil),                    // 10: plumeria.v1.IOStats
-	(*HeartbeatResponse)(nil),          // 11: plumeria.v1.HeartbeatResponse
-	(*GetMapRequest)(nil),              // 12: plumeria.v1.GetMapRequest
-	(*GetMapResponse)(nil),             // 13: plumeria.v1.GetMapResponse
-	(*CreateVolumeRequest)(nil),        // 14: plumeria.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),       // 15: plumeria.v1.CreateVolumeResponse
-	(*FenceRequest)(nil),               // 16: plumeria.v1.FenceRequest
-	(*FenceResponse)(nil),              // 17: plumeria.v1.FenceResponse
-	(*SnapshotRequest)(nil),            // 18: plumeria.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),           // 19: plumeria.v1.SnapshotResponse
-	(*DeleteSnapshotRequest)(nil),      // 20: plumeria.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),     // 21: plumeria.v1.DeleteSnapshotResponse
-	(*DrainBrickRequest)(nil),          // 22: plumeria.v1.DrainBrickRequest
-	(*DrainBrickResponse)(nil),         // 23: plumeria.v1.DrainBrickResponse
-	(*RemoveBrickRequest)(nil),         // 24: plumeria.v1.RemoveBrickRequest
-	(*RemoveBrickResponse)(nil),        // 25: plumeria.v1.RemoveBrickResponse
-	(*PGSyncedRequest)(nil),            // 26: plumeria.v1.PGSyncedRequest
-	(*PGSyncedResponse)(nil),           // 27: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),       // 28: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil),      // 29: plumeria.v1.ReplicaFailedResponse
-	(*RegisterLockServerRequest)(nil),  // 30: plumeria.v1.RegisterLockServerRequest
-	(*RegisterLockServerResponse)(nil), // 31: plumeria.v1.RegisterLockServerResponse
-	(*OpenSessionRequest)(nil),         // 32: plumeria.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),        // 33: plumeria.v1.OpenSessionResponse
-	(*RecordRecoveredRequest)(nil),     // 34: plumeria.v1.RecordRecoveredRequest
-	(*RecordRecoveredResponse)(nil),    // 35: plumeria.v1.RecordRecoveredResponse
-	(*CloseSessionRequest)(nil),        // 36: plumeria.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),       // 37: plumeria.v1.CloseSessionResponse
-	(*StatusRequest)(nil),              // 38: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),             // 39: plumeria.v1.StatusResponse
-	(*Writer)(nil),                     // 40: plumeria.v1.Writer
-	(*WriteRequest)(nil),               // 41: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),              // 42: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                     // 43: plumeria.v1.Extent
-	(*WriteResponse)(nil),              // 44: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                // 45: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),               // 46: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),            // 47: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),           // 48: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                    // 49: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),           // 50: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),          // 51: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),           // 52: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),             // 53: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),          // 54: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),            // 55: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),           // 56: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),          // 57: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),         // 58: plumeria.v1.FetchBlockResponse
-	nil,                                // 59: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(HeartbeatRequest_Kind)(0),          // 0: plumeria.v1.HeartbeatRequest.Kind
+	(BlockOp_Kind)(0),                   // 1: plumeria.v1.BlockOp.Kind
+	(*JoinRequest)(nil),                 // 2: plumeria.v1.JoinRequest
+	(*JoinResponse)(nil),                // 3: plumeria.v1.JoinResponse
+	(*RemoveCoordinatorRequest)(nil),    // 4: plumeria.v1.RemoveCoordinatorRequest
+	(*RemoveCoordinatorResponse)(nil),   // 5: plumeria.v1.RemoveCoordinatorResponse
+	(*RegisterBrickRequest)(nil),        // 6: plumeria.v1.RegisterBrickRequest
+	(*RegisterBrickResponse)(nil),       // 7: plumeria.v1.RegisterBrickResponse
+	(*PGUsage)(nil),                     // 8: plumeria.v1.PGUsage
+	(*HeartbeatRequest)(nil),            // 9: plumeria.v1.HeartbeatRequest
+	(*IOStats)(nil),                     // 10: plumeria.v1.IOStats
+	(*HeartbeatResponse)(nil),           // 11: plumeria.v1.HeartbeatResponse
+	(*GetMapRequest)(nil),               // 12: plumeria.v1.GetMapRequest
+	(*GetMapResponse)(nil),              // 13: plumeria.v1.GetMapResponse
+	(*CreateVolumeRequest)(nil),         // 14: plumeria.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),        // 15: plumeria.v1.CreateVolumeResponse
+	(*FenceRequest)(nil),                // 16: plumeria.v1.FenceRequest
+	(*FenceResponse)(nil),               // 17: plumeria.v1.FenceResponse
+	(*SnapshotRequest)(nil),             // 18: plumeria.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),            // 19: plumeria.v1.SnapshotResponse
+	(*DeleteSnapshotRequest)(nil),       // 20: plumeria.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),      // 21: plumeria.v1.DeleteSnapshotResponse
+	(*SetSnapshotScheduleRequest)(nil),  // 22: plumeria.v1.SetSnapshotScheduleRequest
+	(*SetSnapshotScheduleResponse)(nil), // 23: plumeria.v1.SetSnapshotScheduleResponse
+	(*DrainBrickRequest)(nil),           // 24: plumeria.v1.DrainBrickRequest
+	(*DrainBrickResponse)(nil),          // 25: plumeria.v1.DrainBrickResponse
+	(*RemoveBrickRequest)(nil),          // 26: plumeria.v1.RemoveBrickRequest
+	(*RemoveBrickResponse)(nil),         // 27: plumeria.v1.RemoveBrickResponse
+	(*PGSyncedRequest)(nil),             // 28: plumeria.v1.PGSyncedRequest
+	(*PGSyncedResponse)(nil),            // 29: plumeria.v1.PGSyncedResponse
+	(*ReplicaFailedRequest)(nil),        // 30: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),       // 31: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),   // 32: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil),  // 33: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),          // 34: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),         // 35: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),      // 36: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),     // 37: plumeria.v1.RecordRecoveredResponse
+	(*CloseSessionRequest)(nil),         // 38: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),        // 39: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),               // 40: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),              // 41: plumeria.v1.StatusResponse
+	(*Writer)(nil),                      // 42: plumeria.v1.Writer
+	(*WriteRequest)(nil),                // 43: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),               // 44: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                      // 45: plumeria.v1.Extent
+	(*WriteResponse)(nil),               // 46: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                 // 47: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                // 48: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),             // 49: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),            // 50: plumeria.v1.DecommitResponse
+	(*BlockOp)(nil),                     // 51: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),            // 52: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),           // 53: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),            // 54: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),              // 55: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),           // 56: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),             // 57: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),            // 58: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),           // 59: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),          // 60: plumeria.v1.FetchBlockResponse
+	nil,                                 // 61: plumeria.v1.RegisterBrickRequest.DomainEntry
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	59, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	61, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
-	40, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	43, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	40, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	40, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	42, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	45, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	42, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	42, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 8: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	40, // 9: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	49, // 10: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	53, // 11: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	49, // 12: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	42, // 9: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	51, // 10: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	55, // 11: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	51, // 12: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 13: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 14: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
 	6,  // 15: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
@@ -3640,51 +3744,53 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	16, // 19: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
 	18, // 20: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
 	20, // 21: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	22, // 22: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	24, // 23: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	26, // 24: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	28, // 25: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	38, // 26: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	30, // 27: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	32, // 28: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	34, // 29: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	36, // 30: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	41, // 31: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	42, // 32: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	45, // 33: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	47, // 34: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	50, // 35: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	52, // 36: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	55, // 37: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	57, // 38: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 39: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 40: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 41: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 42: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 43: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 44: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 45: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 46: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 47: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	23, // 48: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	25, // 49: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	27, // 50: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	29, // 51: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	39, // 52: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	31, // 53: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	33, // 54: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	35, // 55: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	37, // 56: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	44, // 57: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	44, // 58: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	46, // 59: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	48, // 60: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	51, // 61: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	54, // 62: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	56, // 63: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	58, // 64: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	39, // [39:65] is the sub-list for method output_type
-	13, // [13:39] is the sub-list for method input_type
+	22, // 22: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	24, // 23: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	26, // 24: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	28, // 25: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	30, // 26: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	40, // 27: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	32, // 28: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	34, // 29: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	36, // 30: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	38, // 31: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	43, // 32: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	44, // 33: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	47, // 34: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	49, // 35: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	52, // 36: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	54, // 37: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	57, // 38: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	59, // 39: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	3,  // 40: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 41: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 42: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 43: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 44: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 45: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 46: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 47: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 48: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	23, // 49: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	25, // 50: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	27, // 51: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	29, // 52: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	31, // 53: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	41, // 54: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	33, // 55: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	35, // 56: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	37, // 57: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	39, // 58: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	46, // 59: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	46, // 60: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	48, // 61: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	50, // 62: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	53, // 63: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	56, // 64: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	58, // 65: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	60, // 66: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	40, // [40:67] is the sub-list for method output_type
+	13, // [13:40] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -3701,7 +3807,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

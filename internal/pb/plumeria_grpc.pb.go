@@ -26,24 +26,25 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Coordinator_Join_FullMethodName               = "/plumeria.v1.Coordinator/Join"
-	Coordinator_RemoveCoordinator_FullMethodName  = "/plumeria.v1.Coordinator/RemoveCoordinator"
-	Coordinator_RegisterBrick_FullMethodName      = "/plumeria.v1.Coordinator/RegisterBrick"
-	Coordinator_Heartbeat_FullMethodName          = "/plumeria.v1.Coordinator/Heartbeat"
-	Coordinator_GetMap_FullMethodName             = "/plumeria.v1.Coordinator/GetMap"
-	Coordinator_CreateVolume_FullMethodName       = "/plumeria.v1.Coordinator/CreateVolume"
-	Coordinator_Fence_FullMethodName              = "/plumeria.v1.Coordinator/Fence"
-	Coordinator_Snapshot_FullMethodName           = "/plumeria.v1.Coordinator/Snapshot"
-	Coordinator_DeleteSnapshot_FullMethodName     = "/plumeria.v1.Coordinator/DeleteSnapshot"
-	Coordinator_DrainBrick_FullMethodName         = "/plumeria.v1.Coordinator/DrainBrick"
-	Coordinator_RemoveBrick_FullMethodName        = "/plumeria.v1.Coordinator/RemoveBrick"
-	Coordinator_PGSynced_FullMethodName           = "/plumeria.v1.Coordinator/PGSynced"
-	Coordinator_ReplicaFailed_FullMethodName      = "/plumeria.v1.Coordinator/ReplicaFailed"
-	Coordinator_Status_FullMethodName             = "/plumeria.v1.Coordinator/Status"
-	Coordinator_RegisterLockServer_FullMethodName = "/plumeria.v1.Coordinator/RegisterLockServer"
-	Coordinator_OpenSession_FullMethodName        = "/plumeria.v1.Coordinator/OpenSession"
-	Coordinator_RecordRecovered_FullMethodName    = "/plumeria.v1.Coordinator/RecordRecovered"
-	Coordinator_CloseSession_FullMethodName       = "/plumeria.v1.Coordinator/CloseSession"
+	Coordinator_Join_FullMethodName                = "/plumeria.v1.Coordinator/Join"
+	Coordinator_RemoveCoordinator_FullMethodName   = "/plumeria.v1.Coordinator/RemoveCoordinator"
+	Coordinator_RegisterBrick_FullMethodName       = "/plumeria.v1.Coordinator/RegisterBrick"
+	Coordinator_Heartbeat_FullMethodName           = "/plumeria.v1.Coordinator/Heartbeat"
+	Coordinator_GetMap_FullMethodName              = "/plumeria.v1.Coordinator/GetMap"
+	Coordinator_CreateVolume_FullMethodName        = "/plumeria.v1.Coordinator/CreateVolume"
+	Coordinator_Fence_FullMethodName               = "/plumeria.v1.Coordinator/Fence"
+	Coordinator_Snapshot_FullMethodName            = "/plumeria.v1.Coordinator/Snapshot"
+	Coordinator_DeleteSnapshot_FullMethodName      = "/plumeria.v1.Coordinator/DeleteSnapshot"
+	Coordinator_SetSnapshotSchedule_FullMethodName = "/plumeria.v1.Coordinator/SetSnapshotSchedule"
+	Coordinator_DrainBrick_FullMethodName          = "/plumeria.v1.Coordinator/DrainBrick"
+	Coordinator_RemoveBrick_FullMethodName         = "/plumeria.v1.Coordinator/RemoveBrick"
+	Coordinator_PGSynced_FullMethodName            = "/plumeria.v1.Coordinator/PGSynced"
+	Coordinator_ReplicaFailed_FullMethodName       = "/plumeria.v1.Coordinator/ReplicaFailed"
+	Coordinator_Status_FullMethodName              = "/plumeria.v1.Coordinator/Status"
+	Coordinator_RegisterLockServer_FullMethodName  = "/plumeria.v1.Coordinator/RegisterLockServer"
+	Coordinator_OpenSession_FullMethodName         = "/plumeria.v1.Coordinator/OpenSession"
+	Coordinator_RecordRecovered_FullMethodName     = "/plumeria.v1.Coordinator/RecordRecovered"
+	Coordinator_CloseSession_FullMethodName        = "/plumeria.v1.Coordinator/CloseSession"
 )
 
 // CoordinatorClient is the client API for Coordinator service.
@@ -71,6 +72,11 @@ type CoordinatorClient interface {
 	// versions no other snapshot sees (the cleaner then reclaims their space).
 	// NotFound for an unknown volume or snapshot.
 	DeleteSnapshot(ctx context.Context, in *DeleteSnapshotRequest, opts ...grpc.CallOption) (*DeleteSnapshotResponse, error)
+	// SetSnapshotSchedule sets (every_s > 0) or clears (every_s = 0) a
+	// volume's snapshot schedule (clustermap.SnapshotSchedule): the leader
+	// takes a file-system snapshot every every_s seconds and keeps the
+	// newest keep. InvalidArgument for a schedule that makes no sense.
+	SetSnapshotSchedule(ctx context.Context, in *SetSnapshotScheduleRequest, opts ...grpc.CallOption) (*SetSnapshotScheduleResponse, error)
 	DrainBrick(ctx context.Context, in *DrainBrickRequest, opts ...grpc.CallOption) (*DrainBrickResponse, error)
 	RemoveBrick(ctx context.Context, in *RemoveBrickRequest, opts ...grpc.CallOption) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
@@ -192,6 +198,16 @@ func (c *coordinatorClient) DeleteSnapshot(ctx context.Context, in *DeleteSnapsh
 	return out, nil
 }
 
+func (c *coordinatorClient) SetSnapshotSchedule(ctx context.Context, in *SetSnapshotScheduleRequest, opts ...grpc.CallOption) (*SetSnapshotScheduleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetSnapshotScheduleResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SetSnapshotSchedule_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) DrainBrick(ctx context.Context, in *DrainBrickRequest, opts ...grpc.CallOption) (*DrainBrickResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DrainBrickResponse)
@@ -307,6 +323,11 @@ type CoordinatorServer interface {
 	// versions no other snapshot sees (the cleaner then reclaims their space).
 	// NotFound for an unknown volume or snapshot.
 	DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error)
+	// SetSnapshotSchedule sets (every_s > 0) or clears (every_s = 0) a
+	// volume's snapshot schedule (clustermap.SnapshotSchedule): the leader
+	// takes a file-system snapshot every every_s seconds and keeps the
+	// newest keep. InvalidArgument for a schedule that makes no sense.
+	SetSnapshotSchedule(context.Context, *SetSnapshotScheduleRequest) (*SetSnapshotScheduleResponse, error)
 	DrainBrick(context.Context, *DrainBrickRequest) (*DrainBrickResponse, error)
 	RemoveBrick(context.Context, *RemoveBrickRequest) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
@@ -364,6 +385,9 @@ func (UnimplementedCoordinatorServer) Snapshot(context.Context, *SnapshotRequest
 }
 func (UnimplementedCoordinatorServer) DeleteSnapshot(context.Context, *DeleteSnapshotRequest) (*DeleteSnapshotResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteSnapshot not implemented")
+}
+func (UnimplementedCoordinatorServer) SetSnapshotSchedule(context.Context, *SetSnapshotScheduleRequest) (*SetSnapshotScheduleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSnapshotSchedule not implemented")
 }
 func (UnimplementedCoordinatorServer) DrainBrick(context.Context, *DrainBrickRequest) (*DrainBrickResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DrainBrick not implemented")
@@ -575,6 +599,24 @@ func _Coordinator_DeleteSnapshot_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_SetSnapshotSchedule_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSnapshotScheduleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SetSnapshotSchedule(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SetSnapshotSchedule_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SetSnapshotSchedule(ctx, req.(*SetSnapshotScheduleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_DrainBrick_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(DrainBrickRequest)
 	if err := dec(in); err != nil {
@@ -779,6 +821,10 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteSnapshot",
 			Handler:    _Coordinator_DeleteSnapshot_Handler,
+		},
+		{
+			MethodName: "SetSnapshotSchedule",
+			Handler:    _Coordinator_SetSnapshotSchedule_Handler,
 		},
 		{
 			MethodName: "DrainBrick",

@@ -1,0 +1,62 @@
+package clustermap
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestScheduleDue(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) string { return ScheduledName(now.Add(-d)) }
+	hourly := &SnapshotSchedule{EverySeconds: 3600, Keep: 3}
+	cases := []struct {
+		name  string
+		sched *SnapshotSchedule
+		snaps []string
+		take  bool
+		drop  []string
+	}{
+		{"no schedule", nil, []string{at(5 * time.Hour)}, false, nil},
+		{"first", hourly, nil, true, nil},
+		{"not due", hourly, []string{at(30 * time.Minute)}, false, nil},
+		{"due", hourly, []string{at(61 * time.Minute)}, true, nil},
+		{"due exactly", hourly, []string{at(time.Hour)}, true, nil},
+		{"due, full", hourly, []string{at(4 * time.Hour), at(3 * time.Hour), at(2 * time.Hour)}, true, []string{at(4 * time.Hour)}},
+		{"not due, over", hourly, []string{at(5 * time.Hour), at(4 * time.Hour), at(3 * time.Hour), at(2 * time.Hour), at(10 * time.Minute)},
+			false, []string{at(5 * time.Hour), at(4 * time.Hour)}},
+		{"manual ones stay", &SnapshotSchedule{EverySeconds: 3600, Keep: 1}, []string{"before-upgrade", "auto-garbage", at(2 * time.Hour)}, true, []string{at(2 * time.Hour)}},
+	}
+	for _, c := range cases {
+		v := &Volume{Schedule: c.sched, Snapshots: map[string]uint64{}}
+		for i, n := range c.snaps {
+			v.Snapshots[n] = uint64(i)
+		}
+		take, drop := ScheduleDue(v, now)
+		if (take != "") != c.take || (take != "" && take != ScheduledName(now)) {
+			t.Errorf("%s: take %q, want %v", c.name, take, c.take)
+		}
+		if !slices.Equal(drop, c.drop) {
+			t.Errorf("%s: drop %v, want %v", c.name, drop, c.drop)
+		}
+	}
+}
+
+func TestScheduleValidate(t *testing.T) {
+	for _, s := range []SnapshotSchedule{{EverySeconds: 1, Keep: 1}, {EverySeconds: 3600, Keep: 0}, {EverySeconds: 3600, Keep: 1 << 20}, {EverySeconds: -5, Keep: 2}, {EverySeconds: 1 << 40, Keep: 2}} {
+		if s.Validate() == nil {
+			t.Errorf("%+v accepted", s)
+		}
+	}
+	if err := (SnapshotSchedule{EverySeconds: 3600, Keep: 24}).Validate(); err != nil {
+		t.Error(err)
+	}
+	if _, ok := ScheduledTime("auto-20261126T120000Z"); !ok {
+		t.Error("a scheduled name does not parse")
+	}
+	for _, n := range []string{"auto-", "auto-2026", "x-20261126T120000Z"} {
+		if _, ok := ScheduledTime(n); ok {
+			t.Errorf("%q parses as a scheduled name", n)
+		}
+	}
+}
