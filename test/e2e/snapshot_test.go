@@ -189,4 +189,39 @@ func TestSnapshotWhileWriting(t *testing.T) {
 		t.Fatalf("mount of a snapshot that is not: %v", r)
 	}
 	t.Logf("snapshot created %v before the checks ended", time.Since(after).Round(time.Millisecond))
+
+	// A schedule run by the cluster: a snapshot every 5 s, the newest one kept.
+	c.cli("snapshot", "schedule", c.coordArg(), "--volume", "fs", "--every", "5s", "--keep", "1")
+	autos := func() []string {
+		ents, err := os.ReadDir(filepath.Join(b, ".plumeria", "snapshots"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), "auto-") {
+				names = append(names, e.Name())
+			}
+		}
+		return names
+	}
+	var first string
+	c.waitFor(30*time.Second, "a scheduled snapshot", func() (bool, string) {
+		a := autos()
+		if len(a) > 0 {
+			first = a[0]
+		}
+		return len(a) > 0, fmt.Sprint(a)
+	})
+	c.waitFor(30*time.Second, "the next scheduled snapshot, and the first deleted", func() (bool, string) {
+		a := autos()
+		return len(a) == 1 && a[0] != first, fmt.Sprint(a)
+	})
+	c.cli("snapshot", "schedule", c.coordArg(), "--volume", "fs", "--off")
+	if _, err := os.Stat(filepath.Join(b, ".plumeria", "snapshots", "s1", ws[1].dir)); err != nil {
+		t.Fatalf("the schedule touched a snapshot taken by hand: %v", err)
+	}
+	if r := c.run(time.Minute, nil, "snapshot", "schedule", c.coordArg(), "--volume", "fs", "--every", "1s", "--keep", "3"); r.code == 0 {
+		t.Fatalf("a schedule every second was accepted: %v", r)
+	}
 }
