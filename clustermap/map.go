@@ -99,6 +99,10 @@ type Volume struct {
 	AllowSameDomain bool              `json:"allow_same_domain,omitempty"`
 	Gen             uint64            `json:"gen"`                 // writes go to this generation
 	Snapshots       map[string]uint64 `json:"snapshots,omitempty"` // name → newest generation it sees
+	// SnapshotTimes holds when each snapshot was taken (Unix nanoseconds,
+	// the leader's clock), for reads of the past by time
+	// (MNT/.plumeria/at/T). Snapshots taken before it existed have none.
+	SnapshotTimes map[string]int64 `json:"snapshot_times,omitempty"`
 	// SnapshotsDeleted counts the snapshots deleted so far (DeleteSnapshot).
 	// The primary of each PG prunes the block versions no snapshot left
 	// sees until it has pruned at this count (brick/prune.go); only it
@@ -155,6 +159,7 @@ func (m *Map) Clone() *Map {
 	c.Volumes = make([]Volume, len(m.Volumes))
 	for i, v := range m.Volumes {
 		v.Snapshots = cloneMap(v.Snapshots)
+		v.SnapshotTimes = cloneMap(v.SnapshotTimes)
 		if v.Schedule != nil {
 			sc := *v.Schedule
 			v.Schedule = &sc
@@ -297,6 +302,11 @@ func (m *Map) validateVolume(v *Volume) error {
 	}
 	if len(v.Snapshots) > limits.SnapshotsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d snapshots exceed %d", v.Name, len(v.Snapshots), limits.SnapshotsPerVolumeMax)
+	}
+	for name := range v.SnapshotTimes {
+		if _, ok := v.Snapshots[name]; !ok {
+			return fmt.Errorf("clustermap: volume %s: a time for snapshot %q, which is not", v.Name, name)
+		}
 	}
 	if v.Schedule != nil {
 		if err := v.Schedule.Validate(); err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Errors of the snapshot changes, returned wrapped; test with errors.Is.
@@ -30,8 +31,12 @@ func DeleteSnapshot(m *Map, volume, name string) (*Map, error) {
 	n.Epoch = m.Epoch + 1
 	nv := n.Volume(volume)
 	delete(nv.Snapshots, name)
+	delete(nv.SnapshotTimes, name)
 	if len(nv.Snapshots) == 0 {
 		nv.Snapshots = nil // as a volume that never had one encodes
+	}
+	if len(nv.SnapshotTimes) == 0 {
+		nv.SnapshotTimes = nil
 	}
 	nv.SnapshotsDeleted++
 	return n, nil
@@ -46,4 +51,16 @@ func (v *Volume) SnapshotGens() []uint64 {
 	}
 	slices.Sort(gens)
 	return slices.Compact(gens)
+}
+
+// SnapshotAt returns the newest snapshot of v taken at or before t (by
+// SnapshotTimes); ok is false if there is none.
+func (v *Volume) SnapshotAt(t time.Time) (name string, at time.Time, ok bool) {
+	var best int64
+	for n, ns := range v.SnapshotTimes {
+		if ns <= t.UnixNano() && (!ok || ns > best || ns == best && n < name) {
+			name, best, ok = n, ns, true
+		}
+	}
+	return name, time.Unix(0, best), ok
 }

@@ -222,6 +222,10 @@ func (s *Server) Snapshot(ctx context.Context, r *pb.SnapshotRequest) (*pb.Snaps
 			}
 			gen = nv.Gen
 			nv.Snapshots[r.Name] = gen
+			if nv.SnapshotTimes == nil {
+				nv.SnapshotTimes = map[string]int64{}
+			}
+			nv.SnapshotTimes[r.Name] = time.Now().UnixNano()
 			nv.Gen++
 			return n, nil
 		})

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"time"
 
@@ -211,7 +210,7 @@ type volumeSnapshots struct {
 	opts FSNodeOptions
 }
 
-func (s volumeSnapshots) List(ctx context.Context) ([]string, error) {
+func (s volumeSnapshots) List(ctx context.Context) ([]history.Snapshot, error) {
 	m, err := s.cc.Map(ctx, 0)
 	if err != nil {
 		return nil, errors.New(coordclient.ErrorMessage(err))
@@ -220,15 +219,23 @@ func (s volumeSnapshots) List(ctx context.Context) ([]string, error) {
 	if v == nil {
 		return nil, fmt.Errorf("no volume %q", s.name)
 	}
-	return slices.Collect(maps.Keys(v.Snapshots)), nil
+	snaps := make([]history.Snapshot, 0, len(v.Snapshots))
+	for name := range v.Snapshots {
+		hs := history.Snapshot{Name: name}
+		if ns, ok := v.SnapshotTimes[name]; ok {
+			hs.At = time.Unix(0, ns)
+		}
+		snaps = append(snaps, hs)
+	}
+	return snaps, nil
 }
 
 func (s volumeSnapshots) Open(ctx context.Context, snap string) (*filesys.FS, func(context.Context), error) {
-	names, err := s.List(ctx)
+	snaps, err := s.List(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
 	}
-	if !slices.Contains(names, snap) {
+	if !slices.ContainsFunc(snaps, func(hs history.Snapshot) bool { return hs.Name == snap }) {
 		return nil, nil, filesys.ErrNotFound
 	}
 	opts := s.opts

@@ -213,11 +213,11 @@ func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir 
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
 	}
-	names, err := node.Snapshots(cl, name, node.FSNodeOptions{}).List(ctx)
+	snaps, err := node.Snapshots(cl, name, node.FSNodeOptions{}).List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list the snapshots of volume %s: %w", name, err)
 	}
-	if !slices.Contains(names, snap) {
+	if !slices.ContainsFunc(snaps, func(s history.Snapshot) bool { return s.Name == snap }) {
 		return nil, fmt.Errorf("volume %s has no snapshot %q (plumeria snapshot list --volume %s shows them)", name, snap, name)
 	}
 	n, err := node.MountSnapshot(ctx, cl, name, snap, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/filesys/history"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/node"
 	"github.com/plumeria-fs/plumeria/volume"
@@ -101,9 +102,13 @@ func snapshotListCmd() *cobra.Command {
 		if sc := v.Schedule; sc != nil {
 			fmt.Printf("schedule: every %v, keeping the newest %d (%s...)\n", sc.Every(), sc.Keep, clustermap.ScheduledPrefix)
 		}
-		fmt.Printf("%-32s %s\n", "SNAPSHOT", "GENERATION")
+		fmt.Printf("%-32s %-25s %s\n", "SNAPSHOT", "TAKEN (MNT/.plumeria/at/)", "GENERATION")
 		for _, n := range names {
-			fmt.Printf("%-32s %d\n", n, v.Snapshots[n])
+			taken := "-"
+			if ns, ok := v.SnapshotTimes[n]; ok {
+				taken = history.TimeName(time.Unix(0, ns))
+			}
+			fmt.Printf("%-32s %-25s %d\n", n, taken, v.Snapshots[n])
 		}
 		return nil
 	}

@@ -1,13 +1,19 @@
 // Package history puts the past of a file system inside its mount: the
 // directory .plumeria in the root, reachable by name but never listed (so
 // that find, du and backup tools do not wander into it), holds
-// snapshots/NAME/..., each a volume snapshot's file system, read-only.
+//
+//	snapshots/NAME/...   each snapshot of the volume's file system, read-only
+//	at/T                 a symlink to snapshots/NAME, the newest snapshot
+//	                     taken at or before time T (RFC 3339, or seconds
+//	                     since the epoch): MNT/.plumeria/at/T/path is path
+//	                     as it was at T, as far as snapshots tell
 //
 // FS wraps the live file system and serves the same calls the FUSE
 // adapter makes (frontend/fuse.FileSystem), routing each by inode number:
 //
 //	ino < 1<<32             the live file system, unchanged
-//	1<<32 | k               .plumeria (k=1) and .plumeria/snapshots (k=2)
+//	1<<32 | k, k < 1<<20    .plumeria (1), .plumeria/snapshots (2), .plumeria/at (3)
+//	1<<32 | 1<<20 + i       the symlink at/T to the i-th snapshot name linked here
 //	(s+2)<<32 | ino         inode ino of the s-th snapshot opened here
 //
 // Live inode numbers stay below layout.InodesMax (2^24), so the ranges never
@@ -18,7 +24,10 @@ package history
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -33,14 +42,25 @@ const (
 	liveMax     = 1 << 32
 	dotIno      = 1<<32 | 1 // .plumeria
 	snapsIno    = 1<<32 | 2 // .plumeria/snapshots
+	atIno       = 1<<32 | 3 // .plumeria/at
+	linkBase    = 1<<32 | 1<<20
+	linksMax    = 1<<32 - 1<<20
 	snapsName   = "snapshots"
+	atName      = "at"
 	snapSlotMax = 1<<31 - 2
 )
 
+// Snapshot is one snapshot of the volume: its name and when it was taken
+// (zero if unknown: it is not found by time).
+type Snapshot struct {
+	Name string
+	At   time.Time
+}
+
 // Snapshots is what FS needs to know about the volume's snapshots.
 type Snapshots interface {
-	// List returns the names of the volume's snapshots.
-	List(ctx context.Context) ([]string, error)
+	// List returns the volume's snapshots.
+	List(ctx context.Context) ([]Snapshot, error)
 	// Open opens snapshot name's file system read-only
 	// (filesys.Config.ReadOnly); filesys.ErrNotFound if there is none.
 	// closeFn closes it and what it stands on.
@@ -57,6 +77,8 @@ type FS struct {
 		sync.Mutex
 		byName map[string]int // opened snapshots: name → slot
 		slots  []*opened
+		links  map[string]uint64 // snapshot name → its at/T symlink's inode number
+		linked []string          // by link number - linkBase
 	}
 }
 
@@ -70,6 +92,7 @@ type opened struct {
 func New(live *filesys.FS, snaps Snapshots) *FS {
 	h := &FS{live: live, snaps: snaps, started: time.Now()}
 	h.mu.byName = map[string]int{}
+	h.mu.links = map[string]uint64{}
 	return h
 }
 
@@ -95,7 +118,10 @@ func (h *FS) route(ino uint64) (*filesys.FS, uint64, error) {
 	}
 	s := ino>>32 - 2
 	if ino>>32 == 1 {
-		if ino == dotIno || ino == snapsIno {
+		if ino == dotIno || ino == snapsIno || ino == atIno {
+			return nil, ino, nil
+		}
+		if _, ok := h.linkTarget(ino); ok {
 			return nil, ino, nil
 		}
 		return nil, 0, filesys.ErrStale
@@ -130,20 +156,96 @@ func (h *FS) out(fs *filesys.FS, a filesys.Attr, err error) (filesys.Attr, error
 	return a, err
 }
 
-func (h *FS) dirAttr(ino uint64) filesys.Attr {
+// synthAttr returns the attributes of a directory or symlink of
+// .plumeria (fs nil in route).
+func (h *FS) synthAttr(ino uint64) filesys.Attr {
+	if target, ok := h.linkTarget(ino); ok {
+		return filesys.Attr{Ino: ino, Gen: 1, Mode: syscall.S_IFLNK | 0o777, Nlink: 1, Size: uint64(len(target)),
+			Atime: h.started, Mtime: h.started, Ctime: h.started}
+	}
 	return filesys.Attr{Ino: ino, Gen: 1, Mode: syscall.S_IFDIR | 0o555, Nlink: 2,
 		Atime: h.started, Mtime: h.started, Ctime: h.started}
+}
+
+// link returns the inode number of the symlink at/T that names snapshot
+// name (made once, never reused).
+func (h *FS) link(name string) (uint64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if ino, ok := h.mu.links[name]; ok {
+		return ino, nil
+	}
+	if len(h.mu.linked) >= linksMax {
+		return 0, fmt.Errorf("%w: %d snapshots linked on this node", filesys.ErrNoSpace, len(h.mu.linked))
+	}
+	ino := linkBase + uint64(len(h.mu.linked))
+	h.mu.links[name] = ino
+	h.mu.linked = append(h.mu.linked, name)
+	return ino, nil
+}
+
+// linkTarget returns what symlink ino points to.
+func (h *FS) linkTarget(ino uint64) (string, bool) {
+	if ino < linkBase || ino >= liveMax<<1 {
+		return "", false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	i := ino - linkBase
+	if i >= uint64(len(h.mu.linked)) {
+		return "", false
+	}
+	return "../" + snapsName + "/" + h.mu.linked[i], true
+}
+
+// ParseTime reads a time as .plumeria/at/T and the CLI take it: RFC 3339
+// (2026-11-25T10:00:00Z, fractions and offsets allowed) or seconds since
+// the epoch (1764064800, fractions allowed).
+func ParseTime(s string) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f < 1<<40 && !strings.ContainsAny(s, "eEnNxXpP") {
+		sec, frac := math.Modf(f)
+		return time.Unix(int64(sec), int64(frac*1e9)), nil
+	}
+	return time.Time{}, fmt.Errorf("%w: time %q: give RFC 3339 (2026-11-25T10:00:00Z) or seconds since the epoch", filesys.ErrInvalid, s)
+}
+
+// TimeName is the name .plumeria/at lists a snapshot taken at t under:
+// t rounded up to the second, in UTC, so that the name resolves to that
+// snapshot (or to one taken within the same second after it).
+func TimeName(t time.Time) string {
+	if r := t.Truncate(time.Second); r.Before(t) {
+		t = r.Add(time.Second)
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// at returns the newest of snaps taken at or before t.
+func at(snaps []Snapshot, t time.Time) (Snapshot, bool) {
+	var best Snapshot
+	found := false
+	for _, s := range snaps {
+		if s.At.IsZero() || s.At.After(t) {
+			continue
+		}
+		if !found || s.At.After(best.At) || s.At.Equal(best.At) && s.Name < best.Name {
+			best, found = s, true
+		}
+	}
+	return best, found
 }
 
 // snapshot opens (once) snapshot name and returns its slot's file system.
 // A snapshot deleted since it was opened here is closed: the kernel's
 // references to its inodes get ErrStale.
 func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, error) {
-	names, err := h.snaps.List(ctx)
+	snaps, err := h.list(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
+		return nil, err
 	}
-	if !slices.Contains(names, name) {
+	if !slices.ContainsFunc(snaps, func(s Snapshot) bool { return s.Name == name }) {
 		h.forget(ctx, name)
 		return nil, filesys.ErrNotFound
 	}
@@ -192,7 +294,7 @@ func (h *FS) forget(ctx context.Context, name string) {
 // Lookup finds name in dir; .plumeria in the root is the history directory.
 func (h *FS) Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr, error) {
 	if dir == filesys.RootIno && name == Name {
-		return h.dirAttr(dotIno), nil
+		return h.synthAttr(dotIno), nil
 	}
 	fs, ino, err := h.route(dir)
 	if err != nil {
@@ -203,7 +305,29 @@ func (h *FS) Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr,
 		a, err := fs.Lookup(ctx, ino, name)
 		return h.out(fs, a, err)
 	case ino == dotIno && name == snapsName:
-		return h.dirAttr(snapsIno), nil
+		return h.synthAttr(snapsIno), nil
+	case ino == dotIno && name == atName:
+		return h.synthAttr(atIno), nil
+	case ino == atIno:
+		t, err := ParseTime(name)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		snaps, err := h.list(ctx)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		s, ok := at(snaps, t)
+		if !ok {
+			return filesys.Attr{}, filesys.ErrNotFound // no snapshot that old
+		}
+		l, err := h.link(s.Name)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		return h.synthAttr(l), nil
+	case ino >= linkBase:
+		return filesys.Attr{}, filesys.ErrNotDir
 	case ino == snapsIno:
 		fs, err := h.snapshot(ctx, name)
 		if err != nil {
@@ -222,7 +346,7 @@ func (h *FS) Getattr(ctx context.Context, ino uint64) (filesys.Attr, error) {
 		return filesys.Attr{}, err
 	}
 	if fs == nil {
-		return h.dirAttr(ino), nil
+		return h.synthAttr(ino), nil
 	}
 	a, err := fs.Getattr(ctx, in)
 	return h.out(fs, a, err)
@@ -243,12 +367,34 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 		}
 		return ents, done, err
 	}
+	if _, ok := h.linkTarget(ino); ok {
+		return nil, false, filesys.ErrNotDir
+	}
 	var names []string
-	if ino == dotIno {
-		names = []string{snapsName}
-	} else {
-		if names, err = h.snaps.List(ctx); err != nil {
-			return nil, false, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
+	mode := uint32(syscall.S_IFDIR)
+	switch ino {
+	case dotIno:
+		names = []string{atName, snapsName}
+	case atIno:
+		snaps, err := h.list(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, s := range snaps {
+			if !s.At.IsZero() {
+				names = append(names, TimeName(s.At))
+			}
+		}
+		slices.Sort(names)
+		names = slices.Compact(names)
+		mode = syscall.S_IFLNK
+	default:
+		snaps, err := h.list(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, s := range snaps {
+			names = append(names, s.Name)
 		}
 		slices.Sort(names)
 		h.mu.Lock()
@@ -267,7 +413,7 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 	// snapshot list may skip or repeat a name, as with any directory.
 	var ents []filesys.DirEntry
 	for i := int(after); i < len(names) && len(ents) < max; i++ {
-		ents = append(ents, filesys.DirEntry{Name: names[i], Ino: h.entryIno(ino, names[i]), Mode: syscall.S_IFDIR, Cookie: uint64(i + 1)})
+		ents = append(ents, filesys.DirEntry{Name: names[i], Ino: h.entryIno(ino, names[i]), Mode: mode, Cookie: uint64(i + 1)})
 	}
 	return ents, int(after)+len(ents) >= len(names), nil
 }
@@ -276,8 +422,13 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 // for name: the snapshot's root once it is open, else a number no inode
 // has (the kernel looks the name up before it uses one).
 func (h *FS) entryIno(dir uint64, name string) uint64 {
-	if dir == dotIno {
+	switch {
+	case dir == dotIno && name == atName:
+		return atIno
+	case dir == dotIno:
 		return snapsIno
+	case dir == atIno:
+		return 1<<32 | 0xffffffff
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -301,4 +452,13 @@ func (h *FS) CacheFor() time.Duration { return h.live.CacheFor() }
 // UncachedNames reports the directories whose names the kernel must not
 // cache (frontend/fuse.UncachedNames): the list of snapshots changes
 // without any lock telling this node.
-func (h *FS) UncachedNames(dir uint64) bool { return dir == snapsIno }
+func (h *FS) UncachedNames(dir uint64) bool { return dir == snapsIno || dir == atIno }
+
+// list returns the volume's snapshots.
+func (h *FS) list(ctx context.Context) ([]Snapshot, error) {
+	snaps, err := h.snaps.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
+	}
+	return snaps, nil
+}

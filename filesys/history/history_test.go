@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -11,22 +13,27 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 )
 
-type memSnaps map[string]*fstest.MemDevice
+type memSnap struct {
+	dev *fstest.MemDevice
+	at  time.Time
+}
 
-func (m memSnaps) List(context.Context) ([]string, error) {
-	var names []string
-	for n := range m {
-		names = append(names, n)
+type memSnaps map[string]memSnap
+
+func (m memSnaps) List(context.Context) ([]Snapshot, error) {
+	var snaps []Snapshot
+	for n, s := range m {
+		snaps = append(snaps, Snapshot{Name: n, At: s.at})
 	}
-	return names, nil
+	return snaps, nil
 }
 
 func (m memSnaps) Open(ctx context.Context, name string) (*filesys.FS, func(context.Context), error) {
-	dev, ok := m[name]
+	snap, ok := m[name]
 	if !ok {
 		return nil, nil, filesys.ErrNotFound
 	}
-	fs, err := filesys.Open(ctx, filesys.Config{Dev: dev, ReadOnly: true, Table: "v@" + name, ID: "snapshot"})
+	fs, err := filesys.Open(ctx, filesys.Config{Dev: snap.dev, ReadOnly: true, Table: "v@" + name, ID: "snapshot"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -57,7 +64,8 @@ func TestHistory(t *testing.T) {
 	if err := live.Revoke(ctx, "v", filesys.BarrierLock, 0); err != nil { // settle, as a snapshot does
 		t.Fatal(err)
 	}
-	snaps["s1"] = dev.Clone()
+	t1 := time.Now()
+	snaps["s1"] = memSnap{dev.Clone(), t1}
 	if _, err := h.Write(ctx, f.Ino, 0, []byte("new"), 0, false); err != nil {
 		t.Fatal(err)
 	}
@@ -133,6 +141,42 @@ func TestHistory(t *testing.T) {
 		t.Fatal("only the list of snapshots changes behind the kernel's back")
 	}
 
+	// .plumeria/at/T: a symlink to the newest snapshot taken at or before T.
+	atDir, err := h.Lookup(ctx, dot.Ino, "at")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _, err := h.ReadDir(ctx, dot.Ino, 0, 10); err != nil || len(ents) != 2 || ents[0].Name != "at" || ents[1].Name != "snapshots" {
+		t.Fatalf(".plumeria lists %v (%v)", ents, err)
+	}
+	ents, _, err = h.ReadDir(ctx, atDir.Ino, 0, 10)
+	if err != nil || len(ents) != 1 || ents[0].Name != TimeName(t1) || ents[0].Mode != syscall.S_IFLNK {
+		t.Fatalf("at lists %v (%v), want %s", ents, err, TimeName(t1))
+	}
+	for _, name := range []string{TimeName(t1), t1.Add(time.Hour).Format(time.RFC3339Nano), fmt.Sprint(t1.Unix() + 1), fmt.Sprintf("%d.999", t1.Unix())} {
+		l, err := h.Lookup(ctx, atDir.Ino, name)
+		if err != nil || l.Mode&syscall.S_IFMT != syscall.S_IFLNK {
+			t.Fatalf("at/%s: %+v %v", name, l, err)
+		}
+		if target, err := h.Readlink(ctx, l.Ino); err != nil || target != "../snapshots/s1" {
+			t.Fatalf("at/%s points to %q (%v)", name, target, err)
+		}
+		if _, _, err := h.ReadDir(ctx, l.Ino, 0, 10); !errors.Is(err, filesys.ErrNotDir) {
+			t.Fatalf("readdir of the symlink at/%s: %v", name, err)
+		}
+	}
+	if _, err := h.Lookup(ctx, atDir.Ino, t1.Add(-time.Hour).Format(time.RFC3339)); !errors.Is(err, filesys.ErrNotFound) {
+		t.Fatalf("a time before every snapshot: %v", err)
+	}
+	for _, bad := range []string{"yesterday", "2026-13-01T00:00:00Z", "-5", "1e9", "NaN", ""} {
+		if _, err := h.Lookup(ctx, atDir.Ino, bad); !errors.Is(err, filesys.ErrInvalid) {
+			t.Fatalf("at/%q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	if !h.UncachedNames(atDir.Ino) {
+		t.Fatal("the names of at are cached")
+	}
+
 	// Deleted: the name is gone and what the kernel holds of it is stale.
 	snap := snaps["s1"]
 	delete(snaps, "s1")
@@ -150,5 +194,31 @@ func TestHistory(t *testing.T) {
 	again, err := h.Lookup(ctx, sd.Ino, "s1")
 	if err != nil || again.Ino == root.Ino {
 		t.Fatalf("a snapshot made again: %v, root %d (was %d)", err, again.Ino, root.Ino)
+	}
+}
+
+func TestTimeName(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{t0, "2026-11-26T12:00:00Z"},
+		{t0.Add(time.Nanosecond), "2026-11-26T12:00:01Z"},
+		{t0.Add(999 * time.Millisecond), "2026-11-26T12:00:01Z"},
+	} {
+		if got := TimeName(c.at); got != c.want {
+			t.Errorf("TimeName(%v) = %s, want %s", c.at, got, c.want)
+		}
+		back, err := ParseTime(TimeName(c.at))
+		if err != nil || back.Before(c.at) {
+			t.Errorf("%s parses as %v (%v), before %v", TimeName(c.at), back, err, c.at)
+		}
+	}
+	if got, err := ParseTime("2026-11-26T13:00:00+01:00"); err != nil || !got.Equal(t0) {
+		t.Errorf("an offset: %v %v", got, err)
+	}
+	if got, err := ParseTime(fmt.Sprint(t0.Unix())); err != nil || !got.Equal(t0) {
+		t.Errorf("epoch seconds: %v %v", got, err)
 	}
 }

@@ -119,6 +119,9 @@ func (h *FS) Readlink(ctx context.Context, ino uint64) (string, error) {
 		return "", err
 	}
 	if fs == nil {
+		if target, ok := h.linkTarget(in); ok {
+			return target, nil
+		}
 		return "", filesys.ErrInvalid
 	}
 	return fs.Readlink(ctx, in)
