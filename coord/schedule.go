@@ -35,5 +35,7 @@ func (s *Server) SetSnapshotSchedule(ctx context.Context, r *pb.SetSnapshotSched
 		}
 		s.log.InfoContext(ctx, "snapshot schedule set", "volume", r.Volume, "schedule", fmt.Sprint(sched))
 		return &pb.SetSnapshotScheduleResponse{}, nil
-	}, func(cl pb.CoordinatorClient) (*pb.SetSnapshotScheduleResponse, error) { return cl.SetSnapshotSchedule(ctx, r) })
+	}, func(cl pb.CoordinatorClient) (*pb.SetSnapshotScheduleResponse, error) {
+		return cl.SetSnapshotSchedule(ctx, r)
+	})
 }
