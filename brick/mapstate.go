@@ -62,6 +62,10 @@ func (s *Server) installer() {
 		s.pgMu.Unlock()
 		s.kickCore()  // backfills and reconciliations the new map calls for
 		s.kickPrune() // a snapshot deleted, or a PG led anew
+		select {      // report the serving epoch now (heartbeatLoop)
+		case s.beat <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -68,6 +68,7 @@ type Server struct {
 	serving atomic.Pointer[clustermap.Map]
 	served  chan struct{} // closed and replaced at every install; guarded by pgMu
 	kick    chan struct{} // wakes the installer
+	beat    chan struct{} // a heartbeat now: a new map is served (cap 1)
 
 	removed atomic.Bool // the map dropped this brick (brick remove)
 
@@ -124,7 +125,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
 		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
-		served: make(chan struct{}), kick: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
+		served: make(chan struct{}), kick: make(chan struct{}, 1), beat: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
@@ -237,6 +238,9 @@ func (s *Server) heartbeatLoop() {
 		case <-s.stop:
 			return
 		case <-t.C:
+		case <-s.beat:
+			// A new map is served: say so at once, for the coordinator's
+			// fences and snapshots wait for every brick to report it.
 		}
 	}
 }
