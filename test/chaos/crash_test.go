@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -139,7 +140,22 @@ func (w *world) crashPoint(i int, rng *rand.Rand, a, b *fsNode, st *crashStats) 
 		a.kill()
 		killed <- time.Now()
 	}()
-	ops, synced, bad := w.treeWorkload(a, root, rng)
+	// A file-system snapshot taken at a random moment of the workload
+	// (before or across the kill) must hold the tree after a prefix of the
+	// operations that keeps every one that returned before it started, and
+	// none issued after it returned (the barrier: snapshot.go).
+	var prog opProgress
+	snapName := fmt.Sprintf("cp%d", i)
+	snapAfter := time.Duration(50+rng.IntN(int(killAfter/time.Millisecond))) * time.Millisecond
+	snapped := make(chan snapWindow, 1)
+	go func() {
+		time.Sleep(snapAfter)
+		win := snapWindow{done: int(prog.done.Load())}
+		_, win.err = w.cli(2*time.Minute, "snapshot", "create", w.coordArg(), "--volume", volumeName, snapName)
+		win.started, win.doneAtEnd, win.end = int(prog.started.Load()), int(prog.done.Load()), time.Now()
+		snapped <- win
+	}()
+	ops, synced, bad := w.treeWorkload(a, root, rng, &prog)
 	killedAt := <-killed
 	w.fault("kill-fs (crash point)")
 	if bad != nil {
@@ -169,6 +185,15 @@ func (w *world) crashPoint(i int, rng *rand.Rand, a, b *fsNode, st *crashStats) 
 	k, an := check.Recovered(ops, synced, snap)
 	w.logf("crash point %d: killed after %v, %d operations (%d before the last fsync); read on %s: the tree after %d of them",
 		i, killAfter, len(ops), synced, reader.name, k)
+	if an == nil {
+		win := <-snapped
+		if win.end.After(killedAt) {
+			// The node may have died before it settled: what it had not
+			// fsync'd died with it, as in any crash.
+			win.done = min(win.done, synced)
+		}
+		an = w.checkSnapshot(reader, root, snapName, ops, win)
+	}
 	if an != nil {
 		var tail []string
 		for j := max(0, synced-3); j < len(ops); j++ {
@@ -180,15 +205,70 @@ func (w *world) crashPoint(i int, rng *rand.Rand, a, b *fsNode, st *crashStats) 
 	return an, len(ops)
 }
 
+// opProgress counts a workload's operations as they are issued and as
+// they return, for a snapshot taken meanwhile.
+type opProgress struct{ started, done atomic.Int64 }
+
+// snapWindow is what a snapshot taken during a workload may hold: at
+// least the done operations that returned before it started (of a node
+// killed before the snapshot was taken, only those it had fsync'd), at
+// most the started ones issued before it returned (doneAtEnd had returned
+// by then).
+type snapWindow struct {
+	done, started, doneAtEnd int
+	end                      time.Time // when snapshot create returned
+	err                      error
+}
+
+// checkSnapshot reads snapshot snap's copy of root on f (through
+// .plumeria/snapshots), checks it against the operations its window
+// allows, and deletes the snapshot.
+func (w *world) checkSnapshot(f *fsNode, root, snap string, ops []check.TreeOp, win snapWindow) *check.Anomaly {
+	if win.err != nil {
+		// Refused or timed out (the node died while it settled): no
+		// snapshot to check; none half made either.
+		w.logf("crash point snapshot %s not taken: %v", snap, win.err)
+		if out, err := w.cli(time.Minute, "snapshot", "list", w.coordArg(), "--volume", volumeName); err == nil && strings.Contains(out, snap+" ") {
+			w.cli(time.Minute, "snapshot", "delete", w.coordArg(), "--volume", volumeName, snap)
+		}
+		return nil
+	}
+	got, err := w.snapshot(f, filepath.Join(".plumeria", "snapshots", snap, root))
+	if err != nil {
+		return &check.Anomaly{Kind: "snapshot", Key: snap, Detail: fmt.Sprintf("read snapshot %s on %s: %v", snap, f.name, err)}
+	}
+	upTo := slices.Clone(ops[:min(win.started, len(ops))])
+	if n := len(upTo); n > win.doneAtEnd && n > 0 {
+		upTo[n-1].Outcome = check.Unknown // in flight while the snapshot was taken
+	}
+	k, an := check.Recovered(upTo, win.done, got)
+	if an != nil {
+		an.Kind, an.Key = "snapshot", snap
+		an.Detail = fmt.Sprintf("snapshot %s taken while %d operations had returned and %d were issued: %s", snap, win.done, win.started, an.Detail)
+		return an
+	}
+	w.logf("crash point snapshot %s: taken between operations %d and %d: the tree after %d of them", snap, win.done, win.started, k)
+	w.mu.Lock()
+	w.sum.Checked("snapshots of crash points", 1)
+	w.mu.Unlock()
+	if _, err := w.cli(time.Minute, "snapshot", "delete", w.coordArg(), "--volume", volumeName, snap); err != nil {
+		return &check.Anomaly{Kind: "snapshot", Key: snap, Detail: fmt.Sprintf("delete: %v", err)}
+	}
+	return nil
+}
+
 // treeWorkload issues valid random operations on f under root until one
 // fails (the kill). It returns them, how many returned before the last
 // fsync returned, and an anomaly if an operation failed before the kill.
-func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand) ([]check.TreeOp, int, *check.Anomaly) {
+// prog counts them as they go.
+func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand, prog *opProgress) ([]check.TreeOp, int, *check.Anomaly) {
 	model := check.NewTree()
 	var ops []check.TreeOp
 	synced := 0
+	defer func() { prog.done.Store(int64(len(ops))) }()
 	for n := 0; ; n++ {
 		op := nextTreeOp(model, rng, n)
+		prog.started.Store(int64(n + 1))
 		res, ok := w.call(f, func(mnt string) (string, error) { return "", doTreeOp(filepath.Join(mnt, root), op) })
 		if !ok {
 			return ops, synced, nil // killed between two operations
@@ -206,6 +286,7 @@ func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand) ([]check.Tr
 			return ops, synced, &check.Anomaly{Kind: "workload", Key: op.Path, Detail: err.Error()}
 		}
 		ops = append(ops, op)
+		prog.done.Store(int64(len(ops)))
 		if op.Kind == "fsync" {
 			synced = len(ops)
 		}
