@@ -77,6 +77,8 @@ type VolumeStatus struct {
 	SyncingPGs     int      `json:"syncing_pgs"`
 	Snapshots      []string `json:"snapshots,omitempty"`
 	Gen            uint64   `json:"gen"`
+	// Schedule is the volume's snapshot schedule, if any.
+	Schedule *clustermap.SnapshotSchedule `json:"snapshot_schedule,omitempty"`
 }
 
 func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -161,5 +163,6 @@ func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brick
 		vs.Snapshots = append(vs.Snapshots, name)
 	}
 	sort.Strings(vs.Snapshots)
+	vs.Schedule = v.Schedule
 	return vs
 }

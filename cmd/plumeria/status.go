@@ -112,7 +112,14 @@ func printStatus(st *coord.Status) {
 		if v.DegradedPGs > 0 {
 			deg = colour("down") + " " + deg
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs, strings.Join(v.Snapshots, ","))
+		snaps := strings.Join(v.Snapshots, ",")
+		if len(v.Snapshots) > 3 {
+			snaps = fmt.Sprintf("%d (plumeria snapshot list)", len(v.Snapshots))
+		}
+		if sc := v.Schedule; sc != nil {
+			snaps += fmt.Sprintf(" [every %v, keep %d]", sc.Every(), sc.Keep)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs, snaps)
 	}
 	w.Flush()
 }
