@@ -90,3 +90,43 @@ func TestSnapshotAt(t *testing.T) {
 		t.Errorf("delete kept the time: %v %v", n.Volumes[0].SnapshotTimes, err)
 	}
 }
+
+// TestScheduleTiers: hourly and daily snapshots are thinned as restic's
+// forget does: the newest of each of the last N hours (days) holding one.
+func TestScheduleTiers(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 30, 0, 0, time.UTC)
+	sched := &SnapshotSchedule{EverySeconds: 600, Keep: 2, KeepHourly: 3, KeepDaily: 2}
+	v := &Volume{Schedule: sched, Snapshots: map[string]uint64{}}
+	// Every 10 minutes for the last 50 hours.
+	for d := 10 * time.Minute; d <= 50*time.Hour; d += 10 * time.Minute {
+		v.Snapshots[ScheduledName(now.Add(-d))] = 0
+	}
+	take, drop := ScheduleDue(v, now)
+	if take != ScheduledName(now) {
+		t.Fatalf("take %q", take)
+	}
+	for _, d := range drop {
+		delete(v.Snapshots, d)
+	}
+	var left []string
+	for n := range v.Snapshots {
+		left = append(left, n)
+	}
+	slices.Sort(left)
+	want := []string{
+		ScheduledName(time.Date(2026, 11, 25, 23, 50, 0, 0, time.UTC)), // daily: the newest of Nov 25 (Nov 26's is the new one)
+		ScheduledName(time.Date(2026, 11, 26, 10, 50, 0, 0, time.UTC)), // hourly: 10:xx
+		ScheduledName(time.Date(2026, 11, 26, 11, 50, 0, 0, time.UTC)), // hourly: 11:xx
+		ScheduledName(time.Date(2026, 11, 26, 12, 20, 0, 0, time.UTC)), // keep 2 (with the new one)
+	}
+	// The new one (12:30) is the second of keep 2, the newest of 12:xx and of Nov 26.
+	if !slices.Equal(left, want) {
+		t.Fatalf("left %v\nwant %v", left, want)
+	}
+	if err := (SnapshotSchedule{EverySeconds: 7200, Keep: 1, KeepHourly: 5}).Validate(); err == nil {
+		t.Error("hourly snapshots to keep from a schedule of one every two hours")
+	}
+	if got := sched.String(); got != "every 10m0s, keep 2, hourly 3, daily 2" {
+		t.Errorf("String: %s", got)
+	}
+}

@@ -2,7 +2,6 @@ package coord
 
 import (
 	"context"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -17,7 +16,7 @@ func (s *Server) SetSnapshotSchedule(ctx context.Context, r *pb.SetSnapshotSched
 	return forward(s, ctx, func() (*pb.SetSnapshotScheduleResponse, error) {
 		var sched *clustermap.SnapshotSchedule
 		if r.EveryS != 0 {
-			sched = &clustermap.SnapshotSchedule{EverySeconds: r.EveryS, Keep: int(r.Keep)}
+			sched = &clustermap.SnapshotSchedule{EverySeconds: r.EveryS, Keep: int(r.Keep), KeepHourly: int(r.KeepHourly), KeepDaily: int(r.KeepDaily)}
 			if err := sched.Validate(); err != nil {
 				return nil, status.Error(codes.InvalidArgument, err.Error())
 			}
@@ -33,7 +32,11 @@ func (s *Server) SetSnapshotSchedule(ctx context.Context, r *pb.SetSnapshotSched
 		if err != nil {
 			return nil, err
 		}
-		s.log.InfoContext(ctx, "snapshot schedule set", "volume", r.Volume, "schedule", fmt.Sprint(sched))
+		desc := "none"
+		if sched != nil {
+			desc = sched.String()
+		}
+		s.log.InfoContext(ctx, "snapshot schedule set", "volume", r.Volume, "schedule", desc)
 		return &pb.SetSnapshotScheduleResponse{}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.SetSnapshotScheduleResponse, error) {
 		return cl.SetSnapshotSchedule(ctx, r)

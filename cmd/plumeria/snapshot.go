@@ -100,7 +100,7 @@ func snapshotListCmd() *cobra.Command {
 			return cmp.Or(cmp.Compare(v.Snapshots[a], v.Snapshots[b]), strings.Compare(a, b))
 		})
 		if sc := v.Schedule; sc != nil {
-			fmt.Printf("schedule: every %v, keeping the newest %d (%s...)\n", sc.Every(), sc.Keep, clustermap.ScheduledPrefix)
+			fmt.Printf("schedule: %s (%s...)\n", sc, clustermap.ScheduledPrefix)
 		}
 		fmt.Printf("%-32s %-25s %s\n", "SNAPSHOT", "TAKEN (MNT/.plumeria/at/)", "GENERATION")
 		for _, n := range names {
@@ -150,41 +150,47 @@ shows the bricks' used bytes fall).`,
 func snapshotScheduleCmd() *cobra.Command {
 	var vol string
 	var every time.Duration
-	var keep int
+	var keep, hourly, daily int
 	var off bool
 	c := &cobra.Command{
-		Use:   "schedule --volume NAME (--every DURATION --keep N | --off)",
+		Use:   "schedule --volume NAME (--every DURATION --keep N [--keep-hourly H] [--keep-daily D] | --off)",
 		Short: "Have the cluster take snapshots of a volume on a schedule",
 		Long: `schedule has the coordinators' leader take a snapshot of the volume's file
 system every DURATION, named auto-<UTC time> (e.g. auto-20261126T120000Z),
-and delete the oldest scheduled ones beyond the newest N. Snapshots taken
+and delete the scheduled ones no rule keeps: the newest N; with
+--keep-hourly H, the newest of each of the last H hours that hold one; with
+--keep-daily D, the newest of each of the last D days (UTC). Snapshots taken
 by hand are never deleted by it. --off stops the schedule (its snapshots
 stay).`,
-		Example: "  plumeria snapshot schedule --coord 127.0.0.1:7001 --volume default --every 1h --keep 24",
+		Example: "  plumeria snapshot schedule --coord 127.0.0.1:7001 --volume default --every 10m --keep 6 --keep-hourly 24 --keep-daily 30",
 		Args:    cobra.NoArgs,
 	}
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.Flags().DurationVar(&every, "every", 0, fmt.Sprintf("how often (%v to %v)", clustermap.ScheduleEveryMin, clustermap.ScheduleEveryMax))
-	c.Flags().IntVar(&keep, "keep", 0, "how many scheduled snapshots to keep")
+	c.Flags().IntVar(&keep, "keep", 0, "how many of the newest scheduled snapshots to keep")
+	c.Flags().IntVar(&hourly, "keep-hourly", 0, "also keep the newest of each of the last N hours")
+	c.Flags().IntVar(&daily, "keep-daily", 0, "also keep the newest of each of the last N days")
 	c.Flags().BoolVar(&off, "off", false, "stop the schedule")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if vol == "" {
 			return fmt.Errorf("--volume is required")
 		}
 		req := &pb.SetSnapshotScheduleRequest{Volume: vol}
+		var sched clustermap.SnapshotSchedule
 		switch {
-		case off && (every != 0 || keep != 0):
-			return fmt.Errorf("--off takes no --every or --keep")
+		case off && (every != 0 || keep != 0 || hourly != 0 || daily != 0):
+			return fmt.Errorf("--off takes no --every or --keep*")
 		case !off:
 			if every%time.Second != 0 {
 				return fmt.Errorf("--every %v: give whole seconds", every)
 			}
-			sc := clustermap.SnapshotSchedule{EverySeconds: int64(every / time.Second), Keep: keep}
+			sc := clustermap.SnapshotSchedule{EverySeconds: int64(every / time.Second), Keep: keep, KeepHourly: hourly, KeepDaily: daily}
 			if err := sc.Validate(); err != nil {
-				return fmt.Errorf("--every %v --keep %d: %w", every, keep, err)
+				return err
 			}
-			req.EveryS, req.Keep = sc.EverySeconds, int32(keep)
+			req.EveryS, req.Keep, req.KeepHourly, req.KeepDaily = sc.EverySeconds, int32(keep), int32(hourly), int32(daily)
+			sched = sc
 		}
 		cl, err := connect()
 		if err != nil {
@@ -201,7 +207,7 @@ stay).`,
 		if off {
 			fmt.Printf("volume %s: no snapshot schedule\n", vol)
 		} else {
-			fmt.Printf("volume %s: a snapshot every %v, keeping the newest %d\n", vol, every, keep)
+			fmt.Printf("volume %s: snapshot schedule %s\n", vol, sched)
 		}
 		return nil
 	}

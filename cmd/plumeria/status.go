@@ -117,7 +117,7 @@ func printStatus(st *coord.Status) {
 			snaps = fmt.Sprintf("%d (plumeria snapshot list)", len(v.Snapshots))
 		}
 		if sc := v.Schedule; sc != nil {
-			snaps += fmt.Sprintf(" [every %v, keep %d]", sc.Every(), sc.Keep)
+			snaps += " [" + sc.String() + "]"
 		}
 		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs, snaps)
 	}

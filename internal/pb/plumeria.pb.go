@@ -1214,6 +1214,8 @@ type SetSnapshotScheduleRequest struct {
 	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
 	EveryS        int64                  `protobuf:"varint,2,opt,name=every_s,json=everyS,proto3" json:"every_s,omitempty"`
 	Keep          int32                  `protobuf:"varint,3,opt,name=keep,proto3" json:"keep,omitempty"`
+	KeepHourly    int32                  `protobuf:"varint,4,opt,name=keep_hourly,json=keepHourly,proto3" json:"keep_hourly,omitempty"`
+	KeepDaily     int32                  `protobuf:"varint,5,opt,name=keep_daily,json=keepDaily,proto3" json:"keep_daily,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1265,6 +1267,20 @@ func (x *SetSnapshotScheduleRequest) GetEveryS() int64 {
 func (x *SetSnapshotScheduleRequest) GetKeep() int32 {
 	if x != nil {
 		return x.Keep
+	}
+	return 0
+}
+
+func (x *SetSnapshotScheduleRequest) GetKeepHourly() int32 {
+	if x != nil {
+		return x.KeepHourly
+	}
+	return 0
+}
+
+func (x *SetSnapshotScheduleRequest) GetKeepDaily() int32 {
+	if x != nil {
+		return x.KeepDaily
 	}
 	return 0
 }
@@ -3469,11 +3485,15 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x15DeleteSnapshotRequest\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"\x18\n" +
-	"\x16DeleteSnapshotResponse\"a\n" +
+	"\x16DeleteSnapshotResponse\"\xa1\x01\n" +
 	"\x1aSetSnapshotScheduleRequest\x12\x16\n" +
 	"\x06volume\x18\x01 \x01(\tR\x06volume\x12\x17\n" +
 	"\aevery_s\x18\x02 \x01(\x03R\x06everyS\x12\x12\n" +
-	"\x04keep\x18\x03 \x01(\x05R\x04keep\"\x1d\n" +
+	"\x04keep\x18\x03 \x01(\x05R\x04keep\x12\x1f\n" +
+	"\vkeep_hourly\x18\x04 \x01(\x05R\n" +
+	"keepHourly\x12\x1d\n" +
+	"\n" +
+	"keep_daily\x18\x05 \x01(\x05R\tkeepDaily\"\x1d\n" +
 	"\x1bSetSnapshotScheduleResponse\"'\n" +
 	"\x11DrainBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"9\n" +
