@@ -45,10 +45,7 @@ func snapshotCreateCmd() *cobra.Command {
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if vol == "" {
-			return fmt.Errorf("--volume is required")
-		}
-		cl, err := connect()
+		cl, err := volumeCoord(connect, vol)
 		if err != nil {
 			return err
 		}
@@ -76,10 +73,7 @@ func snapshotListCmd() *cobra.Command {
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if vol == "" {
-			return fmt.Errorf("--volume is required")
-		}
-		cl, err := connect()
+		cl, err := volumeCoord(connect, vol)
 		if err != nil {
 			return err
 		}
@@ -130,10 +124,7 @@ shows the bricks' used bytes fall).`,
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
-		if vol == "" {
-			return fmt.Errorf("--volume is required")
-		}
-		cl, err := connect()
+		cl, err := volumeCoord(connect, vol)
 		if err != nil {
 			return err
 		}
@@ -212,4 +203,13 @@ stay).`,
 		return nil
 	}
 	return c
+}
+
+// volumeCoord checks that --volume was given and connects to the
+// coordinators.
+func volumeCoord(connect func() (*coordclient.Client, error), vol string) (*coordclient.Client, error) {
+	if vol == "" {
+		return nil, fmt.Errorf("--volume is required")
+	}
+	return connect()
 }

@@ -22,24 +22,22 @@ func (h *FS) liveIno(ino uint64) (uint64, error) {
 	return 0, filesys.ErrReadOnly
 }
 
-// newName checks that dir is live and name is not the history directory.
-func (h *FS) newName(dir uint64, name string) error {
-	if _, err := h.liveIno(dir); err != nil {
-		return err
-	}
-	if dir == filesys.RootIno && name == Name {
-		return filesys.ErrExists
-	}
-	return nil
+// newName checks that a name may be made in dir: dir is live and name is
+// not the history directory (which exists).
+func (h *FS) newName(dir uint64, name string) error { return h.liveName(dir, name, filesys.ErrExists) }
+
+// oldName checks that a name of dir may be changed or removed: dir is
+// live and name is not the history directory (read-only).
+func (h *FS) oldName(dir uint64, name string) error {
+	return h.liveName(dir, name, filesys.ErrReadOnly)
 }
 
-// oldName checks that dir is live and name is not the history directory.
-func (h *FS) oldName(dir uint64, name string) error {
+func (h *FS) liveName(dir uint64, name string, ifHistory error) error {
 	if _, err := h.liveIno(dir); err != nil {
 		return err
 	}
 	if dir == filesys.RootIno && name == Name {
-		return filesys.ErrReadOnly
+		return ifHistory
 	}
 	return nil
 }
