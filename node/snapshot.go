@@ -98,13 +98,29 @@ func SnapshotFS(ctx context.Context, cc *coordclient.Client, name, snap string, 
 		stop()
 		<-done
 	}()
+	// endSession gives everything back and ends the session, so that the
+	// next snapshot need not wait for its lease. The close must reach the
+	// lock servers before the session ends, as in FSNode.Close.
+	endSession := func() {
+		cl.Close(name)
+		time.Sleep(100 * time.Millisecond)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if err := cc.Call(cctx, func(ctx context.Context, c pb.CoordinatorClient) error {
+			_, err := c.CloseSession(ctx, &pb.CloseSessionRequest{Clerk: id, Session: session, Table: name})
+			return err
+		}); err != nil {
+			log.Warn("could not end the snapshot's lock session (it ends with its lease)", "err", coordclient.ErrorMessage(err))
+		}
+	}
 	if err := cl.Open(name); err != nil {
+		endSession()
 		return SnapshotResult{}, fmt.Errorf("snapshot: open lock table %s: %w", name, err)
 	}
 	var res SnapshotResult
 	start := time.Now()
 	if err := cl.Acquire(ctx, name, filesys.BarrierLock, lock.Write); err != nil {
-		cl.Close(name)
+		endSession()
 		return res, fmt.Errorf("snapshot: take the barrier of %s (every fs node writes back first): %w", name, err)
 	}
 	res.Settle = time.Since(start)
@@ -119,19 +135,11 @@ func SnapshotFS(ctx context.Context, cc *coordclient.Client, name, snap string, 
 	cl.Unpin(name, filesys.BarrierLock, lock.Write)
 	cl.Close(name) // gives the barrier back
 	res.Held = time.Since(held)
-	log.Info("snapshot taken", "volume", name, "snapshot", snap, "settle", res.Settle, "held", res.Held)
-	// Let the close reach the lock servers before the session ends, as
-	// FSNode.Close does; then end it so the next snapshot need not wait.
-	time.Sleep(100 * time.Millisecond)
-	if cerr := cc.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
-		_, err := c.CloseSession(ctx, &pb.CloseSessionRequest{Clerk: id, Session: session, Table: name})
-		return err
-	}); cerr != nil {
-		log.Warn("could not end the snapshot's lock session (it ends with its lease)", "err", coordclient.ErrorMessage(cerr))
-	}
+	endSession()
 	if err != nil {
 		return res, fmt.Errorf("snapshot %s of volume %s: %s", snap, name, coordclient.ErrorMessage(err))
 	}
+	log.Info("snapshot taken", "volume", name, "snapshot", snap, "settle", res.Settle, "held", res.Held)
 	return res, nil
 }
 
