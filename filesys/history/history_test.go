@@ -222,3 +222,28 @@ func TestTimeName(t *testing.T) {
 		t.Errorf("epoch seconds: %v %v", got, err)
 	}
 }
+
+// FuzzParseTime: any name under .plumeria/at is a time or ErrInvalid,
+// never a panic; a time it accepts names itself again (TimeName) at or
+// after it.
+func FuzzParseTime(f *testing.F) {
+	for _, s := range []string{"2026-11-26T12:00:00Z", "1764158400", "1764158400.5", "2026-11-26T13:00:00.123+01:00", "", "-1", "1e9", "0x10", "9999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		tm, err := ParseTime(s)
+		if err != nil {
+			if !errors.Is(err, filesys.ErrInvalid) {
+				t.Fatalf("%q: %v is not ErrInvalid", s, err)
+			}
+			return
+		}
+		if tm.Year() < 0 || tm.Year() > 9999 {
+			return // RFC 3339 cannot write it back
+		}
+		back, err := ParseTime(TimeName(tm))
+		if err != nil || back.Before(tm) {
+			t.Fatalf("%q: %v names itself %s, which parses as %v (%v)", s, tm, TimeName(tm), back, err)
+		}
+	})
+}
