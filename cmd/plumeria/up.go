@@ -143,7 +143,9 @@ func upCmd() *cobra.Command {
 		if lc.http != "" {
 			fmt.Printf("dashboard: http://%s/\n", lc.http)
 		}
-		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\nCtrl-C unmounts and stops.\n", mnt, mnt, lc.coord)
+		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\n"+
+			"  plumeria snapshot create --coord %s --volume default first && ls %s/.plumeria/snapshots/first\nCtrl-C unmounts and stops.\n",
+			mnt, mnt, lc.coord, lc.coord, mnt)
 		err = m.wait(ctx)
 		fmt.Println("stopped")
 		return err
