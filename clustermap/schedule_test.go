@@ -61,25 +61,9 @@ func TestScheduleValidate(t *testing.T) {
 	}
 }
 
-func TestSnapshotAt(t *testing.T) {
-	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	v := &Volume{Snapshots: map[string]uint64{"a": 1, "b": 2, "c": 3, "old": 0},
-		SnapshotTimes: map[string]int64{"a": t0.UnixNano(), "b": t0.Add(time.Hour).UnixNano(), "c": t0.Add(2 * time.Hour).UnixNano()}}
-	for _, c := range []struct {
-		at   time.Time
-		want string
-	}{
-		{t0.Add(-time.Second), ""},
-		{t0, "a"},
-		{t0.Add(59 * time.Minute), "a"},
-		{t0.Add(time.Hour), "b"},
-		{t0.Add(100 * time.Hour), "c"},
-	} {
-		name, _, ok := v.SnapshotAt(c.at)
-		if ok != (c.want != "") || name != c.want {
-			t.Errorf("at %v: %q %v, want %q", c.at, name, ok, c.want)
-		}
-	}
+// TestSnapshotTimes: a time needs its snapshot, and deleting a snapshot
+// deletes its time.
+func TestSnapshotTimes(t *testing.T) {
 	m := &Map{Epoch: 1, NextVolumeID: 2, Volumes: []Volume{{ID: 1, Name: "v", Replicas: 1, ChunkBytes: 1 << 20, Gen: 4, PGs: []PG{{}},
 		Snapshots: map[string]uint64{"a": 1}, SnapshotTimes: map[string]int64{"a": 1, "ghost": 2}}}}
 	if err := m.validateVolume(&m.Volumes[0]); err == nil {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Errors of the snapshot changes, returned wrapped; test with errors.Is.
@@ -51,16 +50,4 @@ func (v *Volume) SnapshotGens() []uint64 {
 	}
 	slices.Sort(gens)
 	return slices.Compact(gens)
-}
-
-// SnapshotAt returns the newest snapshot of v taken at or before t (by
-// SnapshotTimes); ok is false if there is none.
-func (v *Volume) SnapshotAt(t time.Time) (name string, at time.Time, ok bool) {
-	var best int64
-	for n, ns := range v.SnapshotTimes {
-		if ns <= t.UnixNano() && (!ok || ns > best || ns == best && n < name) {
-			name, best, ok = n, ns, true
-		}
-	}
-	return name, time.Unix(0, best), ok
 }

@@ -225,21 +225,17 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	}
 	fs.super = s
 	fs.rg = int(hashString(cfg.ID) % layout.RGsMax)
+	fs.data.init(fs)
+	fs.pages.init(cfg.DataCacheBytes, fs.stats)
+	fs.prefetch.init()
+	fs.freer.init(fs.stats.orphansQueued)
 	if cfg.ReadOnly {
 		fs.cfg.Locker = readOnlyLocker{}
-		fs.data.init(fs)
-		fs.pages.init(cfg.DataCacheBytes, fs.stats)
-		fs.prefetch.init()
-		fs.freer.init(fs.stats.orphansQueued)
 		return fs, nil
 	}
 	if fs.slot, err = fs.claimSlot(ctx); err != nil {
 		return nil, err
 	}
-	fs.data.init(fs)
-	fs.pages.init(cfg.DataCacheBytes, fs.stats)
-	fs.prefetch.init()
-	fs.freer.init(fs.stats.orphansQueued)
 	fs.rlog, err = redo.Open(ctx, logDevice{cfg.Dev}, fs.logOptions(fs.slot))
 	if err != nil {
 		return nil, fmt.Errorf("open log slot %d: %w", fs.slot, err)
@@ -285,23 +281,13 @@ func (fs *FS) Close(ctx context.Context) error {
 			fs.mu.failed = fmt.Errorf("%w: unmounted", ErrIO)
 		}
 		fs.mu.Unlock()
-		select {
-		case <-fs.stop:
-		default:
-			close(fs.stop)
-		}
-		fs.flusher.Wait()
+		fs.stopLoops()
 		return nil
 	}
 	if fs.failed() == nil {
 		fs.drainFreer(ctx)
 	}
-	select {
-	case <-fs.stop:
-	default:
-		close(fs.stop)
-	}
-	fs.flusher.Wait()
+	fs.stopLoops()
 	fs.prefetch.wg.Wait()
 	if err := fs.failed(); err != nil {
 		// Nothing more is written: the log is another node's to replay.
@@ -432,6 +418,12 @@ func (fs *FS) Halt() {
 	fs.mu.halted = true // a crash ends nothing: the lease runs out
 	fs.mu.Unlock()
 	fs.fail(errors.New("halted"))
+	fs.stopLoops()
+}
+
+// stopLoops stops the background loops (flusher, janitor, freer) and
+// waits for them; calling it again does nothing.
+func (fs *FS) stopLoops() {
 	select {
 	case <-fs.stop:
 	default:

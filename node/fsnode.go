@@ -53,16 +53,9 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	var session uint64
-	err := cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-		r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{name}})
-		if err == nil {
-			session = r.Session
-		}
-		return err
-	})
+	session, err := openSession(ctx, cc, id, name)
 	if err != nil {
-		return nil, fmt.Errorf("open lock session of %s: %s", id, coordclient.ErrorMessage(err))
+		return nil, err
 	}
 	vol, err := volume.Open(ctx, cc, name, volume.Options{Writer: id, Registerer: opts.Registerer})
 	if err != nil {
@@ -170,15 +163,9 @@ func capacityOf(cc *coordclient.Client, name string) func(ctx context.Context) (
 func (n *FSNode) Close(ctx context.Context) error {
 	err := n.FS.Close(ctx)
 	if err == nil {
-		n.clerk.Close(n.Volume)
-		time.Sleep(100 * time.Millisecond) // let the close reach the lock servers
-		cerr := n.cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-			_, err := cl.CloseSession(ctx, &pb.CloseSessionRequest{Clerk: n.ID, Session: n.Session, Table: n.Volume})
-			return err
-		})
-		if cerr != nil {
+		if cerr := endSession(ctx, n.cc, n.clerk, n.Volume); cerr != nil {
 			// Only costs the next mount of this name one lease of waiting.
-			n.log.Warn("could not end the session at the coordinator", "err", coordclient.ErrorMessage(cerr))
+			n.log.Warn("could not end the session at the coordinator", "err", cerr)
 		}
 	}
 	n.stop()

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
@@ -60,16 +59,9 @@ func SnapshotFS(ctx context.Context, cc *coordclient.Client, name, snap string, 
 		return SnapshotResult{}, fmt.Errorf("snapshot: volume %s already has a snapshot %q (delete it first or pick another name)", name, snap)
 	}
 	id := "snap." + name
-	var session uint64
-	err = cc.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
-		r, err := cl.OpenSession(ctx, &pb.OpenSessionRequest{Clerk: id, Tables: []string{name}})
-		if err == nil {
-			session = r.Session
-		}
-		return err
-	})
+	session, err := openSession(ctx, cc, id, name)
 	if err != nil {
-		return SnapshotResult{}, fmt.Errorf("snapshot: open lock session %s: %s", id, coordclient.ErrorMessage(err))
+		return SnapshotResult{}, fmt.Errorf("snapshot: %w", err)
 	}
 	vol, err := volume.Open(ctx, cc, name, volume.Options{Writer: id})
 	if err != nil {
@@ -98,29 +90,21 @@ func SnapshotFS(ctx context.Context, cc *coordclient.Client, name, snap string, 
 		stop()
 		<-done
 	}()
-	// endSession gives everything back and ends the session, so that the
-	// next snapshot need not wait for its lease. The close must reach the
-	// lock servers before the session ends, as in FSNode.Close.
-	endSession := func() {
-		cl.Close(name)
-		time.Sleep(100 * time.Millisecond)
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := cc.Call(cctx, func(ctx context.Context, c pb.CoordinatorClient) error {
-			_, err := c.CloseSession(ctx, &pb.CloseSessionRequest{Clerk: id, Session: session, Table: name})
-			return err
-		}); err != nil {
-			log.Warn("could not end the snapshot's lock session (it ends with its lease)", "err", coordclient.ErrorMessage(err))
+	// Ending the session gives the barrier back and spares the next
+	// snapshot this session's lease.
+	end := func() {
+		if err := endSession(ctx, cc, cl, name); err != nil {
+			log.Warn("the snapshot's lock session ends with its lease", "err", err)
 		}
 	}
 	if err := cl.Open(name); err != nil {
-		endSession()
+		end()
 		return SnapshotResult{}, fmt.Errorf("snapshot: open lock table %s: %w", name, err)
 	}
 	var res SnapshotResult
 	start := time.Now()
 	if err := cl.Acquire(ctx, name, filesys.BarrierLock, lock.Write); err != nil {
-		endSession()
+		end()
 		return res, fmt.Errorf("snapshot: take the barrier of %s (every fs node writes back first): %w", name, err)
 	}
 	res.Settle = time.Since(start)
@@ -135,7 +119,7 @@ func SnapshotFS(ctx context.Context, cc *coordclient.Client, name, snap string, 
 	cl.Unpin(name, filesys.BarrierLock, lock.Write)
 	cl.Close(name) // gives the barrier back
 	res.Held = time.Since(held)
-	endSession()
+	end()
 	if err != nil {
 		return res, fmt.Errorf("snapshot %s of volume %s: %s", snap, name, coordclient.ErrorMessage(err))
 	}
@@ -238,14 +222,8 @@ func (s volumeSnapshots) List(ctx context.Context) ([]history.Snapshot, error) {
 	return snaps, nil
 }
 
+// Open opens snapshot snap, which the caller found in List.
 func (s volumeSnapshots) Open(ctx context.Context, snap string) (*filesys.FS, func(context.Context), error) {
-	snaps, err := s.List(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: list snapshots: %v", filesys.ErrIO, err)
-	}
-	if !slices.ContainsFunc(snaps, func(hs history.Snapshot) bool { return hs.Name == snap }) {
-		return nil, nil, filesys.ErrNotFound
-	}
 	opts := s.opts
 	if opts.DataCacheBytes >= 0 {
 		opts.DataCacheBytes = snapshotDataCache // per snapshot opened in a mount

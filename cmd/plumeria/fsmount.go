@@ -181,9 +181,8 @@ type mountOptions struct {
 
 // mountFS mounts volume name on dir as node id.
 func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, mo mountOptions, log *slog.Logger) (*fsMount, error) {
-	opts := mo.fuse
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
+	if err := checkMountPoint(dir); err != nil {
+		return nil, err
 	}
 	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})
 	if err != nil {
@@ -192,26 +191,20 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 		}
 		return nil, err
 	}
+	opts := mo.fuse
 	opts.Volume, opts.Logger = name, log
 	// The mount shows the volume's snapshots under .plumeria.
 	view := history.New(n.FS, node.Snapshots(cl, name, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache}))
-	srv, err := fuse.Mount(dir, view, opts)
-	if err != nil {
-		n.Close(context.Background())
-		return nil, fmt.Errorf("mount %s: %w", dir, err)
-	}
-	closeAll := func(ctx context.Context) error {
+	return serveMount(dir, view, opts, func(ctx context.Context) error {
 		view.CloseSnapshots(ctx)
 		return n.Close(ctx)
-	}
-	return &fsMount{close: closeAll, srv: srv, dir: dir}, nil
+	})
 }
 
 // mountSnapshot mounts snapshot snap of volume name on dir, read-only.
 func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir string, mo mountOptions, log *slog.Logger) (*fsMount, error) {
-	opts := mo.fuse
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return nil, fmt.Errorf("mount point %s: not a directory (create it first)", dir)
+	if err := checkMountPoint(dir); err != nil {
+		return nil, err
 	}
 	snaps, err := node.Snapshots(cl, name, node.FSNodeOptions{}).List(ctx)
 	if err != nil {
@@ -224,13 +217,27 @@ func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir 
 	if err != nil {
 		return nil, err
 	}
+	opts := mo.fuse
 	opts.Volume, opts.Logger, opts.ReadOnly = name+"@"+snap, log, true
-	srv, err := fuse.Mount(dir, n.FS, opts)
+	return serveMount(dir, n.FS, opts, n.Close)
+}
+
+func checkMountPoint(dir string) error {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory (create it first)", dir)
+	}
+	return nil
+}
+
+// serveMount serves fsys on dir; closeFn closes what it stands on (also
+// when the mount fails).
+func serveMount(dir string, fsys fuse.FileSystem, opts fuse.Options, closeFn func(context.Context) error) (*fsMount, error) {
+	srv, err := fuse.Mount(dir, fsys, opts)
 	if err != nil {
-		n.Close(context.Background())
+		closeFn(context.Background())
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	return &fsMount{close: n.Close, srv: srv, dir: dir}, nil
+	return &fsMount{close: closeFn, srv: srv, dir: dir}, nil
 }
 
 // wait serves until ctx ends (then unmounts) or the mount goes away

@@ -62,7 +62,7 @@ type Snapshots interface {
 	// List returns the volume's snapshots.
 	List(ctx context.Context) ([]Snapshot, error)
 	// Open opens snapshot name's file system read-only
-	// (filesys.Config.ReadOnly); filesys.ErrNotFound if there is none.
+	// (filesys.Config.ReadOnly); FS calls it for a name List returned.
 	// closeFn closes it and what it stands on.
 	Open(ctx context.Context, name string) (fs *filesys.FS, closeFn func(context.Context), err error)
 }
@@ -134,24 +134,18 @@ func (h *FS) route(ino uint64) (*filesys.FS, uint64, error) {
 	return h.mu.slots[s].fs, ino & (liveMax - 1), nil
 }
 
-// outIno maps an inode number of fs to the one the kernel sees.
-func (h *FS) outIno(fs *filesys.FS, ino uint64) uint64 {
-	if fs == h.live {
-		return ino
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for s, o := range h.mu.slots {
-		if o != nil && o.fs == fs {
-			return uint64(s+2)<<32 | ino
-		}
-	}
-	return 0 // not reached: fs came from route
-}
+// base is the high bits that the file system ino belongs to gives its
+// inode numbers as the kernel sees them (0 for the live one): the numbers
+// a call returns are in the same file system as the one it was given.
+func base(ino uint64) uint64 { return ino &^ (liveMax - 1) }
 
-func (h *FS) out(fs *filesys.FS, a filesys.Attr, err error) (filesys.Attr, error) {
+// slotBase is base for the s-th snapshot opened here.
+func slotBase(s int) uint64 { return uint64(s+2) << 32 }
+
+// out maps the inode number fs returned into the kernel's numbers.
+func out(b uint64, a filesys.Attr, err error) (filesys.Attr, error) {
 	if err == nil {
-		a.Ino = h.outIno(fs, a.Ino)
+		a.Ino |= b
 	}
 	return a, err
 }
@@ -240,39 +234,54 @@ func at(snaps []Snapshot, t time.Time) (Snapshot, bool) {
 // snapshot opens (once) snapshot name and returns its slot's file system.
 // A snapshot deleted since it was opened here is closed: the kernel's
 // references to its inodes get ErrStale.
-func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, error) {
+func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, uint64, error) {
 	snaps, err := h.list(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if !slices.ContainsFunc(snaps, func(s Snapshot) bool { return s.Name == name }) {
 		h.forget(ctx, name)
-		return nil, filesys.ErrNotFound
+		return nil, 0, filesys.ErrNotFound
 	}
-	h.mu.Lock()
-	if s, ok := h.mu.byName[name]; ok {
-		fs := h.mu.slots[s].fs
-		h.mu.Unlock()
-		return fs, nil
+	if fs, b, ok := h.opened(name); ok {
+		return fs, b, nil
 	}
-	h.mu.Unlock()
 	fs, closeFn, err := h.snaps.Open(ctx, name)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	h.mu.Lock()
+	s, ok := h.mu.byName[name] // opened meanwhile by another lookup?
+	full := !ok && len(h.mu.slots) >= snapSlotMax
+	if !ok && !full {
+		s = len(h.mu.slots)
+		h.mu.byName[name] = s
+		h.mu.slots = append(h.mu.slots, &opened{name: name, fs: fs, close: closeFn})
+	}
+	h.mu.Unlock()
+	switch {
+	case full:
+		closeFn(ctx)
+		return nil, 0, fmt.Errorf("%w: %d snapshots opened on this node", filesys.ErrNoSpace, snapSlotMax)
+	case ok:
+		closeFn(ctx)
+		if fs, b, ok := h.opened(name); ok {
+			return fs, b, nil
+		}
+		return nil, 0, filesys.ErrNotFound // deleted meanwhile
+	}
+	return fs, slotBase(s), nil
+}
+
+// opened returns snapshot name's file system and base if it is open here.
+func (h *FS) opened(name string) (*filesys.FS, uint64, bool) {
+	h.mu.Lock()
 	defer h.mu.Unlock()
-	if s, ok := h.mu.byName[name]; ok { // opened meanwhile by another lookup
-		closeFn(ctx)
-		return h.mu.slots[s].fs, nil
+	s, ok := h.mu.byName[name]
+	if !ok {
+		return nil, 0, false
 	}
-	if len(h.mu.slots) >= snapSlotMax {
-		closeFn(ctx)
-		return nil, fmt.Errorf("%w: %d snapshots opened on this node", filesys.ErrNoSpace, len(h.mu.slots))
-	}
-	h.mu.byName[name] = len(h.mu.slots)
-	h.mu.slots = append(h.mu.slots, &opened{name: name, fs: fs, close: closeFn})
-	return fs, nil
+	return h.mu.slots[s].fs, slotBase(s), true
 }
 
 // forget closes snapshot name if it is open here.
@@ -303,7 +312,7 @@ func (h *FS) Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr,
 	switch {
 	case fs != nil:
 		a, err := fs.Lookup(ctx, ino, name)
-		return h.out(fs, a, err)
+		return out(base(dir), a, err)
 	case ino == dotIno && name == snapsName:
 		return h.synthAttr(snapsIno), nil
 	case ino == dotIno && name == atName:
@@ -329,12 +338,12 @@ func (h *FS) Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr,
 	case ino >= linkBase:
 		return filesys.Attr{}, filesys.ErrNotDir
 	case ino == snapsIno:
-		fs, err := h.snapshot(ctx, name)
+		fs, b, err := h.snapshot(ctx, name)
 		if err != nil {
 			return filesys.Attr{}, err
 		}
 		a, err := fs.Getattr(ctx, filesys.RootIno)
-		return h.out(fs, a, err)
+		return out(b, a, err)
 	}
 	return filesys.Attr{}, filesys.ErrNotFound
 }
@@ -349,7 +358,7 @@ func (h *FS) Getattr(ctx context.Context, ino uint64) (filesys.Attr, error) {
 		return h.synthAttr(ino), nil
 	}
 	a, err := fs.Getattr(ctx, in)
-	return h.out(fs, a, err)
+	return out(base(ino), a, err)
 }
 
 // ReadDir lists dir. The root's listing does not show .plumeria.
@@ -360,10 +369,8 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 	}
 	if fs != nil {
 		ents, done, err := fs.ReadDir(ctx, ino, after, max)
-		if fs != h.live {
-			for i := range ents {
-				ents[i].Ino = h.outIno(fs, ents[i].Ino)
-			}
+		for i := range ents {
+			ents[i].Ino |= base(dir)
 		}
 		return ents, done, err
 	}
@@ -433,7 +440,7 @@ func (h *FS) entryIno(dir uint64, name string) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s, ok := h.mu.byName[name]; ok {
-		return uint64(s+2)<<32 | filesys.RootIno
+		return slotBase(s) | filesys.RootIno
 	}
 	return 1<<32 | 0xffffffff
 }

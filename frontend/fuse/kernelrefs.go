@@ -90,7 +90,7 @@ func (r *rawFS) entry(parent uint64, out *fuse.EntryOut, serve func() fuse.Statu
 	}
 	if out != nil { // a positive or negative entry: both timeouts end with the lease
 		lease := r.m.fsys.CacheFor()
-		if u, ok := r.m.fsys.(UncachedNames); ok && u.UncachedNames(parent) {
+		if r.m.uncached != nil && r.m.uncached.UncachedNames(parent) {
 			lease = 0
 		}
 		out.SetEntryTimeout(min(out.EntryTimeout(), lease))

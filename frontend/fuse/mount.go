@@ -85,12 +85,15 @@ type ttls struct {
 
 // Server is a FileSystem served on a mount point; Mount makes one.
 type Server struct {
-	dir   string
-	fsys  FileSystem
-	opts  Options
-	log   *slog.Logger
-	srv   *fuse.Server
-	stats *stats
+	dir  string
+	fsys FileSystem
+	// uncached is fsys if it has directories whose names the kernel must
+	// not cache (UncachedNames), else nil.
+	uncached UncachedNames
+	opts     Options
+	log      *slog.Logger
+	srv      *fuse.Server
+	stats    *stats
 
 	inval invalidator
 	locks posixLocks
@@ -127,6 +130,7 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 		opts.DirAttrTimeout = max(DirAttrTimeoutDefault, opts.AttrTimeout)
 	}
 	m := &Server{dir: mountpoint, fsys: fsys, opts: opts, log: opts.Logger, stats: newStats(opts.Registerer)}
+	m.uncached, _ = fsys.(UncachedNames)
 	if m.log == nil {
 		m.log = slog.Default()
 	}
