@@ -12,7 +12,10 @@ import (
 //	{"format": 1, "map": { ...Map fields as tagged in map.go... }}
 //
 // Format 1 is the only format. Adding an optional field keeps format 1;
-// anything a format-1 reader would misread needs format 2.
+// anything a format-1 reader would misread needs format 2. Optional
+// fields added since: volumes' snapshot_times, snapshots_deleted and
+// snapshot_schedule (session 15); a reader that ignores them reads the
+// volume's data right (it only neither prunes nor runs schedules).
 const mapFormat = 1
 
 // mapBytesMax bounds an encoded map a decoder accepts.
