@@ -16,6 +16,10 @@ import (
 // fields added since: volumes' snapshot_times, snapshots_deleted and
 // snapshot_schedule (session 15); a reader that ignores them reads the
 // volume's data right (it only neither prunes nor runs schedules).
+// Volumes' file_versions (file-version gens): a reader that ignores it would
+// read and write such a volume at the wrong gens, but only bricks and
+// clients of this build or later are given volumes that have it (it is
+// set at creation only, never on an existing volume).
 const mapFormat = 1
 
 // mapBytesMax bounds an encoded map a decoder accepts.

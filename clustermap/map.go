@@ -112,7 +112,12 @@ type Volume struct {
 	// the volume's file system every so often and keep the newest few
 	// (schedule.go).
 	Schedule *SnapshotSchedule `json:"snapshot_schedule,omitempty"`
-	PGs      []PG              `json:"pgs"`
+	// FileVersions, set when the volume is created, makes its bricks keep
+	// per-file versions: writes carry a file version and are stored under
+	// a gen that encodes it with Gen (fileversions.go). Gen then stays at
+	// most FileVersionGenMax.
+	FileVersions bool `json:"file_versions,omitempty"`
+	PGs          []PG `json:"pgs"`
 }
 
 // PGOf returns the placement group of the chunk that holds byte offset off.
@@ -299,6 +304,9 @@ func (m *Map) validateVolume(v *Volume) error {
 	}
 	if v.Replicas < 1 || v.Replicas > limits.ReplicasMax || len(v.PGs) < 1 || len(v.PGs) > limits.PGsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d replicas, %d placement groups", v.Name, v.Replicas, len(v.PGs))
+	}
+	if v.FileVersions && v.Gen > FileVersionGenMax {
+		return fmt.Errorf("clustermap: volume %s: gen %d exceeds %d, the most a volume with file versions can have", v.Name, v.Gen, FileVersionGenMax)
 	}
 	if len(v.Snapshots) > limits.SnapshotsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d snapshots exceed %d", v.Name, len(v.Snapshots), limits.SnapshotsPerVolumeMax)
