@@ -90,6 +90,13 @@ func (p *PruneStats) add(q PruneStats) {
 // already gone does nothing, so a prune stopped by an error or a crash is
 // simply run again. Errors: remove's, ctx's, ErrClosed, I/O.
 func (s *Store) Prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps []uint64, live uint64, remove func(context.Context, []Op) error) (PruneStats, error) {
+	return s.prune(ctx, vol, blockLo, blockHi, snaps, live, Survivors, remove)
+}
+
+// prune is Prune with the rule that decides which versions of a block
+// stay (Survivors, or FileVersionSurvivors).
+func (s *Store) prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps []uint64, live uint64,
+	survivors func(gens []uint64, tomb []bool, snaps []uint64, live uint64) []bool, remove func(context.Context, []Op) error) (PruneStats, error) {
 	if remove == nil {
 		remove = s.ApplyReserved
 	}
@@ -116,7 +123,7 @@ func (s *Store) Prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps [
 			gens[i], tomb[i] = b.k.Gen, b.e.tomb
 		}
 		dropped := false
-		for i, keep := range Survivors(gens, tomb, snaps, live) {
+		for i, keep := range survivors(gens, tomb, snaps, live) {
 			if keep {
 				continue
 			}

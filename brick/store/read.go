@@ -80,38 +80,47 @@ func (s *Store) Metas(keys []Key) ([]Meta, error) {
 // Latest returns the entry with the greatest Gen <= maxGen for (vol,
 // block), and its data; a tombstone has nil data. Errors as Get.
 func (s *Store) Latest(vol, block, maxGen uint64) ([]byte, Entry, error) {
+	return s.LatestAt(vol, block, Reader{Gen: maxGen})
+}
+
+// LatestAt returns the entry of (vol, block) that r reads, and its data;
+// a tombstone has nil data. Errors as Get.
+func (s *Store) LatestAt(vol, block uint64, r Reader) ([]byte, Entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.mu.closed {
 		return nil, Entry{}, ErrClosed
 	}
 	lo := entryKey(Key{Vol: vol, Block: block})
-	hi := append(entryKey(Key{Vol: vol, Block: block, Gen: maxGen}), 0)
+	hi := append(entryKey(Key{Vol: vol, Block: block, Gen: r.Gen}), 0)
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return nil, Entry{}, err
 	}
-	k, e, found, err := lastEntry(it)
+	k, e, found, err := lastEntry(it, r)
 	if err != nil {
-		return nil, Entry{}, fmt.Errorf("latest vol %d block %d gen <= %d: %w", vol, block, maxGen, err)
+		return nil, Entry{}, fmt.Errorf("latest vol %d block %d %v: %w", vol, block, r, err)
 	}
 	if !found {
-		return nil, Entry{}, fmt.Errorf("latest vol %d block %d gen <= %d: %w", vol, block, maxGen, ErrNotFound)
+		return nil, Entry{}, fmt.Errorf("latest vol %d block %d %v: %w", vol, block, r, ErrNotFound)
 	}
 	return s.readEntryLocked(k, e)
 }
 
-// lastEntry decodes the last entry of it and closes it.
-func lastEntry(it *pebble.Iterator) (Key, entry, bool, error) {
-	if !it.Last() {
-		return Key{}, entry{}, false, it.Close()
+// lastEntry decodes the last entry of it that r accepts, and closes it.
+func lastEntry(it *pebble.Iterator, r Reader) (Key, entry, bool, error) {
+	for ok := it.Last(); ok; ok = it.Prev() {
+		k, kerr := decodeEntryKey(it.Key())
+		if kerr == nil && !r.accepts(k.Gen) {
+			continue
+		}
+		e, verr := decodeEntry(it.Value())
+		if err := errors.Join(kerr, verr, it.Close()); err != nil {
+			return Key{}, entry{}, false, err
+		}
+		return k, e, true, nil
 	}
-	k, kerr := decodeEntryKey(it.Key())
-	e, verr := decodeEntry(it.Value())
-	if err := errors.Join(kerr, verr, it.Close()); err != nil {
-		return Key{}, entry{}, false, err
-	}
-	return k, e, true, nil
+	return Key{}, entry{}, false, it.Close()
 }
 
 // readEntryLocked returns the data of entry e of key k, checked. The caller
@@ -185,6 +194,12 @@ type found struct {
 // (it passes its segment's end): its blocks then come back as without
 // dst, over whatever the part read left in their places.
 func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([]Block, error) {
+	return s.LatestRangeAt(vol, blockLo, blockHi, Reader{Gen: maxGen}, dst)
+}
+
+// LatestRangeAt is LatestRange for reader r: each block's entry is the
+// one r reads (LatestAt).
+func (s *Store) LatestRangeAt(vol, blockLo, blockHi uint64, r Reader, dst []byte) ([]Block, error) {
 	if blockHi < blockLo || blockHi-blockLo > RangeBlocksMax {
 		return nil, fmt.Errorf("range [%d, %d) of more than %d blocks: %w", blockLo, blockHi, RangeBlocksMax, ErrInvalid)
 	}
@@ -208,7 +223,7 @@ func (s *Store) LatestRange(vol, blockLo, blockHi, maxGen uint64, dst []byte) ([
 			it.Close()
 			return nil, fmt.Errorf("latest vol %d blocks [%d, %d): %w", vol, blockLo, blockHi, err)
 		}
-		if k.Gen > maxGen {
+		if !r.accepts(k.Gen) {
 			continue
 		}
 		if n := len(ents); n > 0 && ents[n-1].k.Block == k.Block {
