@@ -171,7 +171,10 @@ func (d *dataWriter) init(fs *FS) {
 // that does not continue it comes, or when anything waits for ino's data
 // or for all data (settle, sync, barrier before a log write, drain). It
 // waits while too much is accepted and not yet written.
-func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64) {
+//
+// fver is the file version the bytes belong to (0: the volume keeps
+// none): a run gathers only writes of one version.
+func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64, fver uint32) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Gathered runs count too: they are started so that they can finish.
@@ -184,7 +187,7 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 	}
 	d.bytes += len(p)
 	d.fs.stats.dataInflight.Add(float64(len(p)))
-	if r := d.pending[ino]; r != nil && off == r.off+uint64(len(r.buf)) && len(r.buf)+len(p) <= coalesceMax {
+	if r := d.pending[ino]; r != nil && r.fver == fver && off == r.off+uint64(len(r.buf)) && len(r.buf)+len(p) <= coalesceMax {
 		r.buf = append(r.buf, p...)
 		if len(r.buf) >= coalesceMax {
 			d.startPendingLocked(ino)
@@ -198,17 +201,18 @@ func (d *dataWriter) write(ctx context.Context, ino uint64, p []byte, off uint64
 		// random 4 KiB write half its handler time. A run that grows
 		// past it is reallocated by append.
 		buf := append(make([]byte, 0, max(len(p), min(4*len(p), smallAllocMax))), p...)
-		d.pending[ino] = &pendingRun{ctx: context.WithoutCancel(ctx), off: off, buf: buf}
+		d.pending[ino] = &pendingRun{ctx: context.WithoutCancel(ctx), off: off, buf: buf, fver: fver}
 		return
 	}
-	d.startLocked(context.WithoutCancel(ctx), ino, append([]byte(nil), p...), off)
+	d.startLocked(context.WithoutCancel(ctx), ino, append([]byte(nil), p...), off, fver)
 }
 
 // pendingRun is a run of writes to one file gathered and not yet started.
 type pendingRun struct {
-	ctx context.Context // of its first write
-	off uint64
-	buf []byte
+	ctx  context.Context // of its first write
+	off  uint64
+	buf  []byte
+	fver uint32
 }
 
 // coalesceMax bounds a gathered run: one volume write of up to 1 MiB.
@@ -222,7 +226,7 @@ const smallAllocMax = 32 << 10
 func (d *dataWriter) startPendingLocked(ino uint64) {
 	if r := d.pending[ino]; r != nil {
 		delete(d.pending, ino)
-		d.startLocked(r.ctx, ino, r.buf, r.off)
+		d.startLocked(r.ctx, ino, r.buf, r.off, r.fver)
 	}
 }
 
@@ -237,7 +241,7 @@ func (d *dataWriter) startAllLocked() {
 // next write and starts it: it goes to the volume once no earlier write of
 // ino to an overlapping range is under way, so writes to a file reach the
 // volume in the order they were made.
-func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, off uint64) {
+func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, off uint64, fver uint32) {
 	w := dataWrite{ino: ino, off: off, end: off + uint64(len(buf))}
 	seq := d.addLocked(w)
 	go func() {
@@ -246,7 +250,7 @@ func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, of
 			d.cond.Wait()
 		}
 		d.mu.Unlock()
-		err, noSpace := d.put(ctx, ino, buf, off)
+		err, noSpace := d.put(ctx, ino, buf, off, fver)
 		if err != nil {
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
 			d.fs.pages.drop(ino) // reads here must not return bytes the volume lacks
@@ -293,9 +297,9 @@ func (d *dataWriter) doneLocked(seq uint64, w dataWrite) {
 
 // put writes p at off of ino's extent. A brick's lack of space is
 // ErrNoSpace (noSpace true, and the node writes through for a while).
-func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64) (err error, noSpace bool) {
+func (d *dataWriter) put(ctx context.Context, ino uint64, p []byte, off uint64, fver uint32) (err error, noSpace bool) {
 	addr := layout.ExtentAddr(ino) + off
-	err = d.fs.cfg.Dev.WriteData(ctx, p, addr)
+	err = d.fs.writeData(ctx, p, addr, fver)
 	if err == nil {
 		d.fs.stats.dataBytes.Add(float64(len(p)))
 		return nil, false
@@ -319,9 +323,9 @@ func (d *dataWriter) lowSpace() bool {
 
 // writeThrough writes p at off of ino's extent and waits for it (after
 // ino's writes under way, which it may overlap).
-func (d *dataWriter) writeThrough(ctx context.Context, ino uint64, p []byte, off uint64) error {
+func (d *dataWriter) writeThrough(ctx context.Context, ino uint64, p []byte, off uint64, fver uint32) error {
 	d.settle(ino)
-	err, _ := d.put(ctx, ino, p, off)
+	err, _ := d.put(ctx, ino, p, off, fver)
 	return err
 }
 

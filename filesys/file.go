@@ -143,12 +143,13 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		off = in.Size
 	}
 	end := off + uint64(len(p))
-	if end > layout.ExtentBytes || end < off {
-		return 0, fmt.Errorf("%w: end %d past the largest file (%d bytes)", ErrFileTooBig, end, uint64(layout.ExtentBytes))
+	if end > layout.FileBytesMax || end < off {
+		return 0, fmt.Errorf("%w: end %d past the largest file (%d bytes)", ErrFileTooBig, end, uint64(layout.FileBytesMax))
 	}
 	if len(p) == 0 {
 		return 0, nil
 	}
+	fver := fs.openVersion(ino, in)
 	if in.Flags&layout.FlagInline != 0 && end <= inlineCap(in) {
 		if end > uint64(len(in.Inline)) {
 			in.Inline = append(in.Inline, make([]byte, end-uint64(len(in.Inline)))...)
@@ -159,14 +160,14 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		// Inside the size of a file already in its extent, a write shows
 		// nothing new: its record need not wait for the data (data.go).
 		t.hidesData = in.Flags&layout.FlagInline == 0 && end <= in.Size && end <= in.HWM
-		if err := fs.toExtent(ctx, ino, in); err != nil {
+		if err := fs.toExtent(ctx, ino, in, fver); err != nil {
 			return 0, err
 		}
-		if err := fs.exposeTail(ctx, ino, in, off); err != nil {
+		if err := fs.exposeTail(ctx, ino, in, off, fver); err != nil {
 			return 0, err
 		}
 		if fs.data.lowSpace() {
-			if err := fs.data.writeThrough(ctx, ino, p, off); err != nil {
+			if err := fs.data.writeThrough(ctx, ino, p, off, fver); err != nil {
 				// Some replicas may hold the bytes: past the size they
 				// must be cleared if the file grows over them.
 				in.HWM = max(in.HWM, end)
@@ -176,7 +177,7 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 				return 0, err
 			}
 		} else {
-			fs.data.write(ctx, ino, p, off)
+			fs.data.write(ctx, ino, p, off, fver)
 		}
 		fs.pages.write(ino, p, off)
 		in.Size, in.HWM = max(in.Size, end), max(in.HWM, end)
@@ -211,17 +212,17 @@ const xattrCaps = "security.capability"
 // may make them visible, so its log batch waits for them, and a write that
 // continues them (a file written in pieces) joins them in one volume write.
 // Low on space they are written through, so the write fails instead.
-func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error {
+func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode, fver uint32) error {
 	if in.Flags&layout.FlagInline == 0 {
 		return nil
 	}
 	if len(in.Inline) > 0 {
 		if fs.data.lowSpace() {
-			if err := fs.data.writeThrough(ctx, ino, in.Inline, 0); err != nil {
+			if err := fs.data.writeThrough(ctx, ino, in.Inline, 0, fver); err != nil {
 				return err
 			}
 		} else {
-			fs.data.write(ctx, ino, in.Inline, 0)
+			fs.data.write(ctx, ino, in.Inline, 0, fver)
 		}
 		fs.pages.write(ino, in.Inline, 0)
 		in.HWM = max(in.HWM, uint64(len(in.Inline)))
@@ -239,9 +240,10 @@ func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode) error 
 // logged: a crash between the two left the old size over zeros.
 func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size uint64) error {
 	fs.pages.drop(ino)
-	if size > layout.ExtentBytes {
+	if size > layout.FileBytesMax {
 		return fmt.Errorf("%w: size %d past the largest file", ErrFileTooBig, size)
 	}
+	fver := fs.openVersion(ino, in)
 	if in.Flags&layout.FlagInline != 0 {
 		if size <= inlineCap(in) {
 			if size <= uint64(len(in.Inline)) {
@@ -252,11 +254,11 @@ func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size u
 			in.Size = size
 			return nil
 		}
-		if err := fs.toExtent(ctx, ino, in); err != nil {
+		if err := fs.toExtent(ctx, ino, in, fver); err != nil {
 			return err
 		}
 	}
-	if err := fs.exposeTail(ctx, ino, in, size); err != nil {
+	if err := fs.exposeTail(ctx, ino, in, size, fver); err != nil {
 		return err
 	}
 	in.Size = size
@@ -267,19 +269,19 @@ func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size u
 // file ino to end would make part of the file: [Size, min(end, HWM)).
 // The truncate that left them stale must be durable first, or a crash
 // would bring its old size back over the zeros: the log is synced.
-func (fs *FS) exposeTail(ctx context.Context, ino uint64, in *layout.Inode, end uint64) error {
+func (fs *FS) exposeTail(ctx context.Context, ino uint64, in *layout.Inode, end uint64, fver uint32) error {
 	if end <= in.Size || in.Size >= in.HWM {
 		return nil
 	}
 	if err := fs.Sync(ctx); err != nil {
 		return err
 	}
-	return fs.zeroRange(ctx, ino, in.Size, min(end, in.HWM))
+	return fs.zeroRange(ctx, ino, in.Size, min(end, in.HWM), fver)
 }
 
 // zeroRange makes [from, to) of ino's extent read as zeros: the partial
 // blocks at the ends are overwritten, the whole blocks decommitted.
-func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
+func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64, fver uint32) error {
 	fs.data.settle(ino)
 	fs.pages.drop(ino)
 	const bs = layout.BlockBytes
@@ -288,21 +290,21 @@ func (fs *FS) zeroRange(ctx context.Context, ino, from, to uint64) error {
 	last := to / bs * bs
 	if first >= last {
 		z := make([]byte, to-from)
-		return fs.wrap(fs.cfg.Dev.WriteData(ctx, z, base+from), "clear file bytes", base+from)
+		return fs.wrap(fs.writeData(ctx, z, base+from, fver), "clear file bytes", base+from)
 	}
 	if from < first {
 		z := make([]byte, first-from)
-		if err := fs.cfg.Dev.WriteData(ctx, z, base+from); err != nil {
+		if err := fs.writeData(ctx, z, base+from, fver); err != nil {
 			return fs.ioError("clear file bytes", base+from, err)
 		}
 	}
 	if last < to {
 		z := make([]byte, to-last)
-		if err := fs.cfg.Dev.WriteData(ctx, z, base+last); err != nil {
+		if err := fs.writeData(ctx, z, base+last, fver); err != nil {
 			return fs.ioError("clear file bytes", base+last, err)
 		}
 	}
-	return fs.wrap(fs.cfg.Dev.Decommit(ctx, base+first, last-first), "free file blocks", base+first)
+	return fs.wrap(fs.decommit(ctx, base+first, last-first, fver), "free file blocks", base+first)
 }
 
 func (fs *FS) wrap(err error, what string, addr uint64) error {
@@ -373,8 +375,14 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 // since the last Fsync of ino), then syncs the log.
 // Flush reports a failed write of ino's data known by now (close(2)),
 // without waiting for the writes under way: fsync waits for them.
-func (fs *FS) Flush(ino uint64) error {
-	return fs.data.takeErr(ino)
+//
+// On a volume that keeps file versions, the close of a file changed here
+// since its newest version makes the next one (versions.go).
+func (fs *FS) Flush(ctx context.Context, ino uint64) error {
+	if err := fs.data.takeErr(ino); err != nil {
+		return err
+	}
+	return fs.makeVersion(ctx, ino)
 }
 
 // Fsync makes ino's data and every change logged before it durable, and
@@ -428,7 +436,7 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mod
 	if length == 0 || end < off {
 		return fmt.Errorf("%w: fallocate length %d", ErrInvalid, length)
 	}
-	if end > layout.ExtentBytes {
+	if end > layout.FileBytesMax {
 		return fmt.Errorf("%w: fallocate past the largest file", ErrFileTooBig)
 	}
 	switch mode {
@@ -456,7 +464,7 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mod
 				clear(in.Inline[off:zend])
 			}
 		} else if off < min(zend, in.HWM) {
-			if err := fs.zeroRange(ctx, ino, off, min(zend, in.HWM)); err != nil {
+			if err := fs.zeroRange(ctx, ino, off, min(zend, in.HWM), fs.openVersion(ino, in)); err != nil {
 				return err
 			}
 		}

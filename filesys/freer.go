@@ -382,7 +382,7 @@ func (fs *FS) clearOrphanExtents(ctx context.Context, us []orphanRef, ins []*lay
 			defer wg.Done()
 			defer func() { <-sem }()
 			fs.data.settle(ino)
-			if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), in.HWM); err != nil {
+			if err := fs.decommit(ctx, layout.ExtentAddr(ino), in.HWM, fs.extentVersion(in)); err != nil {
 				fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
 				return
 			}

@@ -63,6 +63,22 @@ type Device interface {
 	Decommit(ctx context.Context, off, n uint64) error               // the range reads as zeros afterwards
 }
 
+// VersionDevice is what a Device of a volume that keeps file versions
+// (clustermap.Volume.FileVersions) adds: a write tagged with file version
+// f (> 0) keeps the blocks written at lower versions, and a read at f
+// sees, per block, the newest bytes written at a version at or below f.
+// Untagged writes are newer than any tagged one. A block's versions must
+// not decrease (an inode's fver never does, versions.go).
+type VersionDevice interface {
+	KeepsVersions() bool
+	WriteDataVersion(ctx context.Context, p []byte, off uint64, fver uint32) error
+	ReadAtVersion(ctx context.Context, p []byte, off uint64, fver uint32) error
+	DecommitVersion(ctx context.Context, off, n uint64, fver uint32) error
+	// BlockVersions lists the file versions (ascending) at which the
+	// block at off holds bytes (not a decommit).
+	BlockVersions(ctx context.Context, off uint64) ([]uint32, error)
+}
+
 // ErrDeviceFenced is what a Device reports when it refuses this node's
 // writes: its lock session was fenced (another node replays its log). The
 // file system stops; a remount is needed.
@@ -123,14 +139,16 @@ type Config struct {
 
 // FS is one node's file system. Safe for concurrent use.
 type FS struct {
-	cfg   Config
-	log   *slog.Logger
-	super layout.Super
-	slot  int
-	rlog  *redo.Log
-	cache *cache
-	data  dataWriter // file data written behind
-	pages pageCache  // clean file data
+	cfg      Config
+	log      *slog.Logger
+	super    layout.Super
+	slot     int
+	rlog     *redo.Log
+	cache    *cache
+	data     dataWriter    // file data written behind
+	vdev     VersionDevice // nil: the volume keeps no file versions (versions.go)
+	modified modifiedSet   // files changed here since their newest version (versions.go)
+	pages    pageCache     // clean file data
 
 	prefetch prefetcher // inode locks taken ahead of creates
 	locks    *localLocks
@@ -224,6 +242,9 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 		return nil, err
 	}
 	fs.super = s
+	if v, ok := cfg.Dev.(VersionDevice); ok && v.KeepsVersions() {
+		fs.vdev = v
+	}
 	fs.rg = int(hashString(cfg.ID) % layout.RGsMax)
 	fs.data.init(fs)
 	fs.pages.init(cfg.DataCacheBytes, fs.stats)

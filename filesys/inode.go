@@ -205,7 +205,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 			return 0, nil, err
 		}
 		fs.data.settle(ino)
-		if err := fs.cfg.Dev.Decommit(t.ctx, layout.ExtentAddr(ino), old.HWM); err != nil {
+		if err := fs.decommit(t.ctx, layout.ExtentAddr(ino), old.HWM, fs.extentVersion(old)); err != nil {
 			return 0, nil, fs.ioError("clear a reused extent", layout.ExtentAddr(ino), err)
 		}
 	}
@@ -215,6 +215,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	fs.prefetchAfter(g, rg, i)
 	in := init(ino, old)
 	in.Gen = old.Gen + 1
+	in.FVer = old.FVer // file versions of one extent never decrease
 	if err := t.putInode(ino, in); err != nil {
 		return 0, nil, err
 	}
@@ -246,7 +247,7 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	rg.Clear(int(ino % layout.InodesPerRG))
 	rg.Encode(b, g, layout.Version(b))
 	fs.pages.drop(ino)
-	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM})
+	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer})
 }
 
 // clearExtent decommits a freed regular file's data and records that the
@@ -277,7 +278,7 @@ func (fs *FS) clearExtent(ctx context.Context, ino uint64, hwm uint64) {
 		return
 	}
 	fs.data.settle(ino)
-	if err := fs.cfg.Dev.Decommit(ctx, layout.ExtentAddr(ino), hwm); err != nil {
+	if err := fs.decommit(ctx, layout.ExtentAddr(ino), hwm, fs.extentVersion(in)); err != nil {
 		fs.log.Warn("could not free a deleted file's data (the next user of the inode will)", "ino", ino, "err", err)
 		return
 	}

@@ -331,7 +331,7 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 		return Attr{}, 0, err
 	}
 	if len(n.extent) > 0 {
-		if err := fs.cfg.Dev.WriteData(ctx, n.extent, layout.ExtentAddr(ino)); err != nil {
+		if err := fs.writeData(ctx, n.extent, layout.ExtentAddr(ino), fs.extentVersion(in)); err != nil {
 			return Attr{}, 0, fs.ioError("write a long symlink target", layout.ExtentAddr(ino), err)
 		}
 		in.HWM = uint64(len(n.extent))

@@ -177,12 +177,12 @@ func (h *FS) Fsync(ctx context.Context, ino uint64, dataOnly bool) error {
 	return fs.Fsync(ctx, in, dataOnly)
 }
 
-func (h *FS) Flush(ino uint64) error {
+func (h *FS) Flush(ctx context.Context, ino uint64) error {
 	fs, in, err := h.route(ino)
 	if err != nil || fs == nil {
 		return err
 	}
-	return fs.Flush(in)
+	return fs.Flush(ctx, in)
 }
 
 func (h *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mode uint32) error {

@@ -33,10 +33,20 @@ import "errors"
 // ErrCorrupt reports bytes that do not decode; wrapped with what is wrong.
 var ErrCorrupt = errors.New("layout: corrupt block")
 
-// Geometry of format version 1. Part of the format: never edit; add a
-// version instead.
+// Geometry of format version 1, which format version 2 keeps. Part of the
+// format: never edit; add a version instead.
+//
+// Format version 2 (file versions, issue H) adds, on the same geometry:
+// the inode's fver field (layout/inode.go), the history block at
+// HistoryOff of every file's extent (layout/history.go), and a largest
+// file of FileBytesMax (the extent's last chunk holds the history). Its
+// metadata blocks keep the block format (BlockFormat) of version 1; the
+// superblock says 2. A version-1 volume is refused until `plumeria fsck
+// --upgrade` rewrites its superblock (a version-1 inode has a zero fver,
+// which is right: no version made yet).
 const (
-	FormatVersion = 1
+	FormatVersion = 2
+	BlockFormat   = 1 // the format byte of every metadata block header
 	BlockBytes    = 4096
 
 	SuperAddr = 0
@@ -55,7 +65,12 @@ const (
 	DirBlocksMax = 1 << (DirShift - 12) // blocks of one directory
 	DataBase     = 1 << 63
 	ExtentShift  = 39
-	ExtentBytes  = 1 << ExtentShift // also the largest file
+	ExtentBytes  = 1 << ExtentShift
+
+	// Format version 2.
+	HistoryChunk = 1 << 20                    // the extent's last MiB: never file bytes
+	FileBytesMax = ExtentBytes - HistoryChunk // the largest file
+	HistoryOff   = ExtentBytes - BlockBytes   // a file's history block in its extent
 )
 
 // Compile-time checks of the relations between regions.

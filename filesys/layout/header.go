@@ -73,7 +73,7 @@ func PutHeader(b []byte, h Header) {
 	clear(b[:HeaderBytes])
 	binary.LittleEndian.PutUint32(b[0:], magic)
 	b[4] = byte(h.Kind)
-	b[5] = FormatVersion
+	b[5] = BlockFormat
 	binary.LittleEndian.PutUint64(b[8:], h.Version)
 	binary.LittleEndian.PutUint64(b[16:], h.Owner)
 	binary.LittleEndian.PutUint64(b[24:], h.Index)
@@ -103,8 +103,8 @@ func DecodeHeader(b []byte) (Header, error) {
 	switch {
 	case m != magic:
 		return Header{}, fmt.Errorf("%w: bad magic %#x", ErrCorrupt, m)
-	case b[5] != FormatVersion:
-		return Header{}, fmt.Errorf("%w: format version %d, this build reads %d", ErrCorrupt, b[5], FormatVersion)
+	case b[5] != BlockFormat:
+		return Header{}, fmt.Errorf("%w: block format %d, this build reads %d", ErrCorrupt, b[5], BlockFormat)
 	case h.Kind == KindNone || h.Kind >= kindEnd:
 		return Header{}, fmt.Errorf("%w: unknown kind %d", ErrCorrupt, b[4])
 	}

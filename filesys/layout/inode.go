@@ -12,7 +12,9 @@ import (
 //	  0        4         8       12      16       20        24          32        40        48
 //	| mode u32 | nlink u32 | uid u32 | gid u32 | rdev u32 | flags u32 | size u64 | hwm u64 | gen u64 |
 //	 48                 60                 72                 84            86           88           96
-//	| atime s i64 ns u32 | mtime s i64 ns u32 | ctime s i64 ns u32 | inline u16 | xattrs u16 | parent u64 | zero |
+//	| atime s i64 ns u32 | mtime s i64 ns u32 | ctime s i64 ns u32 | inline u16 | xattrs u16 | parent u64 |
+//	 96         100
+//	| fver u32 | zero |
 //	 128
 //	| inline bytes | xattr bytes | zero ... | (InlineBytes in all)
 //
@@ -28,12 +30,20 @@ import (
 // directory's root (filesys/dir; the entries of a small directory). xattrs
 // follow the inline bytes: count u16, then per attribute nameLen u8,
 // valueLen u16, name, value.
-// Part of format version 1: never edit; add a version instead.
+//
+// fver (format version 2; zero in version 1) is the number of the file's
+// newest version (layout/history.go): its data is written at file version
+// fver+1 until the next version is made. It is kept when the inode is
+// freed and reused, so file versions of one extent never decrease (the
+// bricks order a block's entries by them). FlagModified marks a regular
+// file changed since its newest version.
+// Part of format version 2: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
 	InlineBytes      = PayloadBytes - inodeFieldsBytes // 3904
 
-	FlagInline = 1 << 0 // a regular file's data is in the inline area
+	FlagInline   = 1 << 0 // a regular file's data is in the inline area
+	FlagModified = 1 << 1 // changed since its newest version (format 2)
 
 	XattrNameMax = 255
 )
@@ -42,6 +52,7 @@ const (
 type Inode struct {
 	Mode, Nlink, Uid, Gid, Rdev, Flags uint32
 	Size, HWM, Gen, Parent             uint64
+	FVer                               uint32 // newest file version (format 2)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
 	Xattrs                             []Xattr
@@ -101,6 +112,7 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	le.PutUint16(p[84:], uint16(len(in.Inline)))
 	le.PutUint16(p[86:], uint16(in.XattrBytes()))
 	le.PutUint64(p[88:], in.Parent)
+	le.PutUint32(p[96:], in.FVer)
 	q := p[inodeFieldsBytes:]
 	n := copy(q, in.Inline)
 	if len(in.Xattrs) > 0 {
@@ -143,7 +155,7 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 	in := &Inode{
 		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
 		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
-		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]),
+		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]),
 		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
 	}
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))

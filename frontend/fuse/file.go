@@ -90,8 +90,8 @@ func (n *node) Write(ctx context.Context, f fs.FileHandle, data []byte, off int6
 
 // Flush is called on every close(2): writes already reached FileSystem (no
 // writeback cache); a data write it already knows failed is reported.
-func (n *node) Flush(context.Context, fs.FileHandle) syscall.Errno {
-	return n.errno("flush", n.m.fsys.Flush(n.ino()))
+func (n *node) Flush(ctx context.Context, _ fs.FileHandle) syscall.Errno {
+	return n.errno("flush", n.m.fsys.Flush(opCtx(ctx), n.ino()))
 }
 
 func (n *node) Fsync(ctx context.Context, _ fs.FileHandle, flags uint32) (en syscall.Errno) {

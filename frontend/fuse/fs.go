@@ -56,7 +56,7 @@ type FileSystem interface {
 	// Write writes p at off; appendMode: write at the current end of file, whatever off says.
 	Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (n int, err error)
 	Fsync(ctx context.Context, ino uint64, dataOnly bool) error
-	Flush(ino uint64) error
+	Flush(ctx context.Context, ino uint64) error
 	Fallocate(ctx context.Context, ino uint64, off, length uint64, mode uint32) error
 	// ReadDir returns up to max entries with cookies > after, in cookie
 	// order; "." and ".." are NOT included (the adapter adds them). Cookies

@@ -531,7 +531,7 @@ func (f *FS) Write(_ context.Context, ino, gen uint64, p []byte, off uint64, app
 }
 
 func (f *FS) Fsync(context.Context, uint64, bool) error { return nil }
-func (f *FS) Flush(uint64) error                        { return nil }
+func (f *FS) Flush(context.Context, uint64) error       { return nil }
 
 // Fallocate supports mode 0 (extends the size; nothing is allocated
 // ahead) and FALLOC_FL_KEEP_SIZE (a no-op); other modes are

@@ -1,0 +1,267 @@
+package filesys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// File versions (Mammoth §2.2; issue H). On a volume that keeps them
+// (VersionDevice), closing a regular file changed since its newest version
+// makes a new, immutable one:
+//
+//   - Every byte of a file is written at the file version it belongs to:
+//     the inode's fver+1 (the version being made) until the close that
+//     makes it. The bricks keep a block's newest bytes of every version,
+//     so a read at version f sees the file's extent as that version left
+//     it; blocks no later version changed are shared, never copied.
+//   - The close writes the version's history record (its size,
+//     attributes, time, node, and the bytes of a file stored inline) to
+//     the extent's history block (layout/history.go) at f, then logs the
+//     inode with fver = f. The log batch that carries that record waits
+//     for every data write issued before it (ordered data, data.go), so a
+//     version whose record is durable has all its bytes; a crash before
+//     the record is durable leaves no version (the next close makes f
+//     again, over what was written at f).
+//   - fver is kept when an inode is freed and reused, so versions of one
+//     extent never decrease; a freed file's extent is decommitted at the
+//     version after its last, which leaves its versions readable.
+//
+// The flag FlagModified in the inode marks a file changed since its newest
+// version, so any node's close makes the version; the node that changed it
+// also remembers it (modified), so closes of untouched files take no lock.
+// Space held by old versions is not given back yet: retention is to come.
+
+// fverMax is the largest file version (the bricks keep 2^32-1 for
+// unversioned writes).
+const fverMax = 1<<32 - 2
+
+// ErrTooManyVersions: a file reached fverMax versions.
+var ErrTooManyVersions = errors.New("file has the most versions a file can have")
+
+// openVersion returns the file version ino's writes belong to now (0 when
+// the volume keeps none), and marks the inode changed since its newest
+// version. The caller holds the inode's lock in write mode and stores in.
+func (fs *FS) openVersion(ino uint64, in *layout.Inode) uint32 {
+	if fs.vdev == nil || !isReg(in) {
+		return 0
+	}
+	in.Flags |= layout.FlagModified
+	fs.modified.Lock()
+	if fs.modified.inos == nil {
+		fs.modified.inos = map[uint64]struct{}{}
+	}
+	fs.modified.inos[ino] = struct{}{}
+	fs.modified.Unlock()
+	return in.FVer + 1
+}
+
+// modifiedSet is the set of inodes this node changed since it last made
+// their version.
+type modifiedSet struct {
+	sync.Mutex
+	inos map[uint64]struct{}
+}
+
+func (fs *FS) takeModified(ino uint64) bool {
+	fs.modified.Lock()
+	defer fs.modified.Unlock()
+	_, ok := fs.modified.inos[ino]
+	delete(fs.modified.inos, ino)
+	return ok
+}
+
+// writeData writes file bytes at addr as file version fver (0: untagged).
+func (fs *FS) writeData(ctx context.Context, p []byte, addr uint64, fver uint32) error {
+	if fver == 0 {
+		return fs.cfg.Dev.WriteData(ctx, p, addr)
+	}
+	return fs.vdev.WriteDataVersion(ctx, p, addr, fver)
+}
+
+// decommit frees [addr, addr+n) as of file version fver (0: untagged).
+func (fs *FS) decommit(ctx context.Context, addr, n uint64, fver uint32) error {
+	if fver == 0 {
+		return fs.cfg.Dev.Decommit(ctx, addr, n)
+	}
+	return fs.vdev.DecommitVersion(ctx, addr, n, fver)
+}
+
+// extentVersion is the version at which what is not part of a file
+// version goes to inode in's extent: a freed file's decommit (above its
+// last version, so its versions stay readable), a long symlink's target.
+func (fs *FS) extentVersion(in *layout.Inode) uint32 {
+	if fs.vdev == nil {
+		return 0
+	}
+	return in.FVer + 1
+}
+
+// makeVersion makes ino's next version if this node changed it since its
+// newest one (a close: Flush).
+func (fs *FS) makeVersion(ctx context.Context, ino uint64) error {
+	if fs.vdev == nil || !fs.takeModified(ino) {
+		return nil
+	}
+	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
+	if err != nil {
+		return err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	in, err := t.inode(ino)
+	if err != nil {
+		return err
+	}
+	if in.Free() || !isReg(in) || in.Flags&layout.FlagModified == 0 {
+		return nil // another node's close made it
+	}
+	f := in.FVer + 1
+	if f > fverMax {
+		return fmt.Errorf("%w: inode %d", ErrTooManyVersions, ino)
+	}
+	v := &layout.FileVersion{Ino: ino, Gen: in.Gen, FVer: f, Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
+		Closed: fs.now(), Mtime: in.Mtime, Ctime: in.Ctime, Node: nodeName(fs.cfg.ID),
+		Inline: in.Flags&layout.FlagInline != 0}
+	if v.Inline {
+		v.Data = slices.Clone(in.Inline)
+	}
+	b, err := layout.EncodeHistory(v)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrIO, err)
+	}
+	// Written behind: the log batch that records fver = f waits for it
+	// and for the version's data (t may expose data: not hidesData).
+	fs.data.write(ctx, ino, b, layout.HistoryOff, f)
+	in.FVer = f
+	in.Flags &^= layout.FlagModified
+	if err := t.putInode(ino, in); err != nil {
+		return err
+	}
+	return t.commit()
+}
+
+// nodeName fits a node's id into a history record.
+func nodeName(id string) string {
+	if len(id) <= layout.HistoryNodeMax {
+		return id
+	}
+	return id[:layout.HistoryNodeMax]
+}
+
+// Version is one version of a file, as Versions lists it.
+type Version struct {
+	FVer   uint32
+	Closed time.Time
+	Node   string
+	Attr   Attr // as the file was: size, mode, owner, times
+	rec    *layout.FileVersion
+}
+
+// ErrNoVersions: the volume keeps no file versions.
+var ErrNoVersions = errors.New("this volume keeps no file versions (create it with file versions on)")
+
+// Versions lists regular file ino's versions, oldest first. Versions of an
+// earlier file that had the same inode number are not listed.
+func (fs *FS) Versions(ctx context.Context, ino uint64) ([]Version, error) {
+	if fs.vdev == nil {
+		return nil, ErrNoVersions
+	}
+	in, err := fs.settledInode(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	if !isReg(in) {
+		return nil, fmt.Errorf("%w: inode %d is not a regular file", ErrInvalid, ino)
+	}
+	hist := layout.ExtentAddr(ino) + layout.HistoryOff
+	fvers, err := fs.vdev.BlockVersions(ctx, hist)
+	if err != nil {
+		return nil, fs.ioError("list file versions", hist, err)
+	}
+	var out []Version
+	b := make([]byte, layout.BlockBytes)
+	for _, f := range fvers {
+		if f == 0 || f > in.FVer {
+			continue // untagged, or written by a close whose record never became durable
+		}
+		if err := fs.vdev.ReadAtVersion(ctx, b, hist, f); err != nil {
+			return nil, fs.ioError("read a file version's record", hist, err)
+		}
+		rec, err := layout.DecodeHistory(b, ino)
+		if err != nil {
+			return nil, fmt.Errorf("%w: version %d of inode %d: %v", ErrIO, f, ino, err)
+		}
+		if rec.FVer != f || rec.Gen != in.Gen {
+			continue // an earlier file at this number
+		}
+		out = append(out, versionOf(ino, rec))
+	}
+	return out, nil
+}
+
+func versionOf(ino uint64, rec *layout.FileVersion) Version {
+	in := &layout.Inode{Mode: rec.Mode, Nlink: 1, Uid: rec.Uid, Gid: rec.Gid, Size: rec.Size, Gen: rec.Gen,
+		Mtime: rec.Mtime, Ctime: rec.Ctime, Atime: rec.Mtime}
+	return Version{FVer: rec.FVer, Closed: toTime(rec.Closed), Node: rec.Node, Attr: attrOf(ino, in), rec: rec}
+}
+
+// VersionAt returns file ino's newest version made at or before t;
+// ok false if it has none.
+func (fs *FS) VersionAt(ctx context.Context, ino uint64, t time.Time) (Version, bool, error) {
+	vs, err := fs.Versions(ctx, ino)
+	if err != nil {
+		return Version{}, false, err
+	}
+	for i := len(vs) - 1; i >= 0; i-- {
+		if !vs[i].Closed.After(t) {
+			return vs[i], true, nil
+		}
+	}
+	return Version{}, false, nil
+}
+
+// ReadVersion reads version v (from Versions) of file ino at off: the
+// bytes as the close that made v left them.
+func (fs *FS) ReadVersion(ctx context.Context, ino uint64, v Version, p []byte, off uint64) (int, error) {
+	if fs.vdev == nil || v.rec == nil {
+		return 0, ErrNoVersions
+	}
+	if off >= v.rec.Size {
+		return 0, nil
+	}
+	n := int(min(uint64(len(p)), v.rec.Size-off))
+	if v.rec.Inline {
+		return copy(p[:n], v.rec.Data[off:]), nil
+	}
+	addr := layout.ExtentAddr(ino) + off
+	if err := fs.vdev.ReadAtVersion(ctx, p[:n], addr, v.FVer); err != nil {
+		return 0, fs.ioError("read a file version", addr, err)
+	}
+	return n, nil
+}
+
+// settledInode returns ino's inode once every node's writes of its data
+// are on the volume: taking its lock makes another node that changed it
+// write everything back first, and this node's own writes are waited for.
+func (fs *FS) settledInode(ctx context.Context, ino uint64) (*layout.Inode, error) {
+	h, err := fs.acquire(ctx, r(inodeLock(ino)))
+	if err != nil {
+		return nil, err
+	}
+	defer h.release()
+	in, err := fs.newTx(ctx).inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if in.Free() {
+		return nil, fmt.Errorf("%w: inode %d", ErrStale, ino)
+	}
+	fs.data.settle(ino)
+	return in, nil
+}

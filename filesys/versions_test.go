@@ -1,0 +1,239 @@
+package filesys
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/fstest"
+)
+
+func versionFS(t *testing.T, dev *memDevice, id string) *FS {
+	t.Helper()
+	fs, err := Open(context.Background(), Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: id, Session: 1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+func versionedDevice(t *testing.T) *memDevice {
+	dev := fstest.NewMemVersionDevice()
+	if _, err := Format(context.Background(), dev, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	return dev
+}
+
+// readVersions reads every version of ino whole.
+func readVersions(t *testing.T, fs *FS, ino uint64) [][]byte {
+	t.Helper()
+	ctx := context.Background()
+	vs, err := fs.Versions(ctx, ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for i, v := range vs {
+		if v.FVer != uint32(i+1) {
+			t.Fatalf("version %d numbered %d", i+1, v.FVer)
+		}
+		b := make([]byte, v.Attr.Size+10)
+		n, err := fs.ReadVersion(ctx, ino, v, b, 0)
+		if err != nil || uint64(n) != v.Attr.Size {
+			t.Fatalf("read version %d: %d bytes of %d, %v", v.FVer, n, v.Attr.Size, err)
+		}
+		out = append(out, b[:n])
+	}
+	return out
+}
+
+// TestFileVersions: each close of a changed file makes a version that
+// reads as the file was at that close, inline or in the extent, after
+// overwrites, appends, truncates and a move out of the inode; closes of an
+// unchanged file make none.
+func TestFileVersions(t *testing.T) {
+	ctx := context.Background()
+	dev := versionedDevice(t)
+	fs := versionFS(t, dev, "a")
+	defer fs.Close(ctx)
+	f, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 4096) // 64 KiB: in the extent
+	var want [][]byte
+	step := func(change func()) {
+		t.Helper()
+		change()
+		if err := fs.Flush(ctx, f.Ino); err != nil {
+			t.Fatal(err)
+		}
+		if err := fs.Flush(ctx, f.Ino); err != nil { // a second close: no change, no version
+			t.Fatal(err)
+		}
+		b := make([]byte, len(big)*2)
+		n, err := fs.Read(ctx, f.Ino, 0, b, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, b[:n])
+	}
+	write := func(p []byte, off uint64) {
+		if _, err := fs.Write(ctx, f.Ino, 0, p, off, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := func(n uint64) {
+		if _, err := fs.Setattr(ctx, f.Ino, SetAttr{Size: &n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(func() { write([]byte("v1"), 0) })                   // inline
+	step(func() { write([]byte("version 2"), 0) })            // inline, overwritten
+	step(func() { write(big, 0) })                            // moves to the extent
+	step(func() { write([]byte("XYZ"), 4094) })               // an overwrite across two blocks
+	step(func() { size(10000) })                              // truncated
+	step(func() { write(big[:8192], 20000) })                 // grows over the truncated tail
+	step(func() { size(0); write([]byte("short again"), 0) }) // emptied and rewritten
+
+	got := readVersions(t, fs, f.Ino)
+	if len(got) != len(want) {
+		t.Fatalf("%d versions, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("version %d: %d bytes %.20q..., want %d bytes %.20q...", i+1, len(got[i]), got[i], len(want[i]), want[i])
+		}
+	}
+	// The newest version at a time before the first close: none.
+	if _, ok, err := fs.VersionAt(ctx, f.Ino, time.Unix(0, 0)); ok || err != nil {
+		t.Fatalf("version at 1970: %v %v", ok, err)
+	}
+	if v, ok, err := fs.VersionAt(ctx, f.Ino, time.Now().Add(time.Hour)); !ok || err != nil || v.FVer != uint32(len(want)) {
+		t.Fatalf("version now: %+v %v %v", v, ok, err)
+	}
+}
+
+// TestVersionCrash: a version whose close never reached the durable log
+// is not listed after recovery, and the versions before it stay; the
+// next close makes that number again, over what the lost one wrote.
+func TestVersionCrash(t *testing.T) {
+	ctx := context.Background()
+	dev := versionedDevice(t)
+	a := versionFS(t, dev, "a")
+	f, err := a.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := bytes.Repeat([]byte("a"), 10000)
+	if _, err := a.Write(ctx, f.Ino, 0, v1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(ctx, f.Ino, 0, []byte("bbbb"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(ctx, f.Ino); err != nil { // version 2: its record and data written, its log record not
+		t.Fatal(err)
+	}
+	a.data.drain()
+	b := crashAndRecover(t, a, dev)
+	defer b.Close(ctx)
+	got := readVersions(t, b, f.Ino)
+	if len(got) != 1 || !bytes.Equal(got[0], v1) {
+		t.Fatalf("after the crash: %d versions, want only version 1", len(got))
+	}
+	if _, err := b.Write(ctx, f.Ino, 0, []byte("cc"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Flush(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	got = readVersions(t, b, f.Ino)
+	if len(got) != 2 || !bytes.Equal(got[0], v1) || !bytes.Equal(got[1][:2], []byte("cc")) {
+		t.Fatalf("after the crash and a close: %d versions", len(got))
+	}
+}
+
+// TestVersionsOfReusedInode: a deleted file's number reused by a new file
+// lists only the new file's versions, and the old file's versions still
+// read as they were (file versions of an extent never decrease).
+func TestVersionsOfReusedInode(t *testing.T) {
+	ctx := context.Background()
+	dev := versionedDevice(t)
+	fs := versionFS(t, dev, "a")
+	defer fs.Close(ctx)
+	f, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := bytes.Repeat([]byte("o"), 9000)
+	if _, err := fs.Write(ctx, f.Ino, 0, old, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	oldVersions, err := fs.Versions(ctx, f.Ino)
+	if err != nil || len(oldVersions) != 1 {
+		t.Fatalf("versions: %v %v", oldVersions, err)
+	}
+	if err := fs.Unlink(ctx, RootIno, "f"); err != nil {
+		t.Fatal(err)
+	}
+	// Create until the number comes back (the allocator takes the next
+	// free number of its group first).
+	var g Attr
+	for i := 0; i < 100; i++ {
+		if g, err = fs.Create(ctx, RootIno, "g"+string(rune('a'+i%26))+string(rune('a'+i/26)), 0o644, Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+		if g.Ino == f.Ino {
+			break
+		}
+	}
+	if g.Ino != f.Ino {
+		t.Skip("the inode number was not reused")
+	}
+	if _, err := fs.Write(ctx, g.Ino, 0, bytes.Repeat([]byte("n"), 5000), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(ctx, g.Ino); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := fs.Versions(ctx, g.Ino)
+	if err != nil || len(vs) != 1 || vs[0].FVer != 2 {
+		t.Fatalf("new file's versions: %+v %v", vs, err)
+	}
+	b := make([]byte, len(old))
+	if n, err := fs.ReadVersion(ctx, f.Ino, oldVersions[0], b, 0); err != nil || n != len(old) || !bytes.Equal(b, old) {
+		t.Fatalf("old file's version after reuse: %d %v", n, err)
+	}
+}
+
+func TestNoVersionsWithoutDevice(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	f, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Write(ctx, f.Ino, 0, []byte("x"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Versions(ctx, f.Ino); !errors.Is(err, ErrNoVersions) {
+		t.Fatalf("versions on a volume without them: %v", err)
+	}
+}
