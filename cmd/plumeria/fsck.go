@@ -10,21 +10,24 @@ import (
 
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/fsck"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
 func fsckCmd() *cobra.Command {
 	var vol, snap string
-	var repair bool
+	var repair, upgrade bool
 	c := &cobra.Command{
-		Use:   "fsck --volume NAME [--repair | --snapshot SNAP]",
+		Use:   "fsck --volume NAME [--repair | --upgrade | --snapshot SNAP]",
 		Short: "Check a file system offline (no node may have it mounted) and, with --repair, fix what is safe",
 		Long: `fsck verifies every invariant of the file system on a volume: superblock,
 log slots, resource groups, every allocated inode, the directory tree from
 the root, link counts, parents and the allocation bitmaps. Each problem is
 printed on one line. With --repair it replays the log of a node that
 crashed, frees orphans, fixes link counts, group counts, bitmap bits, parent
-fields and entries naming free inodes. It exits 0 when the file system is
+fields and entries naming free inodes. With --upgrade it checks (and
+repairs) a file system of an earlier format version, then rewrites its
+superblock as this build's format. It exits 0 when the file system is
 clean (or everything found was repaired), 1 otherwise.`,
 		Example: "  plumeria fsck --coord 127.0.0.1:7001 --volume vol1 --repair",
 		Args:    cobra.NoArgs,
@@ -32,10 +35,11 @@ clean (or everything found was repaired), 1 otherwise.`,
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.Flags().BoolVar(&repair, "repair", false, "repair what can be repaired safely (writes to the volume)")
+	c.Flags().BoolVar(&upgrade, "upgrade", false, "check a file system of an earlier format (repairing what is safe) and, if clean, upgrade it to this build's format")
 	c.Flags().StringVar(&snap, "snapshot", "", "check this snapshot of the volume instead (read-only; it may be checked while nodes mount the volume)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
-		if snap != "" && repair {
-			return fmt.Errorf("--repair and --snapshot: a snapshot is read-only")
+		if snap != "" && (repair || upgrade) {
+			return fmt.Errorf("--repair or --upgrade with --snapshot: a snapshot is read-only")
 		}
 		v, done, err := openVolume(cmd.Context(), connect, vol, "fsck")
 		if err != nil {
@@ -65,7 +69,7 @@ clean (or everything found was repaired), 1 otherwise.`,
 			dev = node.NewSnapshotDevice(v, snap)
 			vol += "@" + snap
 		}
-		rep, err := fsck.Check(cmd.Context(), dev, fsck.Options{Repair: repair, Snapshot: snap != "", Progress: progress, Logger: log})
+		rep, err := fsck.Check(cmd.Context(), dev, fsck.Options{Repair: repair, Upgrade: upgrade, Snapshot: snap != "", Progress: progress, Logger: log})
 		if bar != nil {
 			bar.Finish()
 		}
@@ -83,6 +87,9 @@ clean (or everything found was repaired), 1 otherwise.`,
 			return fmt.Errorf("fsck of %s: %s; %d left%s", vol, rep.Summary(), len(rep.Problems)-rep.Repaired, hint)
 		}
 		fmt.Fprintf(os.Stderr, "fsck of %s: %s\n", vol, rep.Summary())
+		if rep.Upgraded {
+			fmt.Fprintf(os.Stderr, "fsck of %s: upgraded to format %d\n", vol, layout.FormatVersion)
+		}
 		return nil
 	}
 	return c

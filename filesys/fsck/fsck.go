@@ -65,6 +65,11 @@ type Options struct {
 	// (read-only): a log slot in use is no problem if every record of its
 	// log is in place, as the barrier ensures. Not with Repair.
 	Snapshot bool
+	// Upgrade checks a file system of an earlier format version and, if
+	// it is clean, rewrites its superblock as this build's format
+	// (layout.UpgradeSuper; format 1 -> 2 changes nothing else). Implies
+	// Repair for what the check finds.
+	Upgrade bool
 }
 
 // Problem is one violated invariant.
@@ -89,6 +94,7 @@ type Report struct {
 	Others      int64 // devices, fifos, sockets
 	Problems    []Problem
 	Repaired    int
+	Upgraded    bool // the superblock was rewritten as this build's format (Options.Upgrade)
 }
 
 // Clean reports whether nothing is left wrong: no problem, or every
@@ -119,6 +125,7 @@ type info struct {
 	parent   uint64
 	gen      uint64
 	hwm      uint64
+	fver     uint32
 	rewrite  bool // header index wrong: re-encode if kept
 	rewriteP int  // the problem that reports it
 
@@ -158,8 +165,11 @@ type checker struct {
 // returns an error only when it cannot proceed: no superblock, or the
 // volume fails.
 func Check(ctx context.Context, dev filesys.Device, opts Options) (Report, error) {
-	if opts.Snapshot && opts.Repair {
-		return Report{}, errors.New("fsck: a snapshot is read-only: no repair")
+	if opts.Snapshot && (opts.Repair || opts.Upgrade) {
+		return Report{}, errors.New("fsck: a snapshot is read-only: no repair or upgrade")
+	}
+	if opts.Upgrade {
+		opts.Repair = true
 	}
 	c := &checker{ctx: ctx, dev: dev, opts: opts, log: opts.Logger, inodes: map[uint64]*info{}, complete: true}
 	if c.log == nil {
@@ -169,15 +179,26 @@ func Check(ctx context.Context, dev filesys.Device, opts Options) (Report, error
 	return c.rep, err
 }
 
-func (c *checker) run() error {
+func (c *checker) run() (rerr error) {
 	b := make([]byte, layout.BlockBytes)
 	if err := c.dev.ReadAt(c.ctx, b, layout.SuperAddr); err != nil {
 		return fmt.Errorf("read superblock: %w", err)
 	}
 	super, err := layout.DecodeSuper(b)
+	var upgraded []byte
+	if errors.Is(err, layout.ErrOldFormat) && c.opts.Upgrade {
+		if upgraded, err = layout.UpgradeSuper(b); err == nil {
+			super, err = layout.DecodeSuper(upgraded)
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("superblock: %w", err)
 	}
+	defer func() {
+		if upgraded != nil && rerr == nil {
+			rerr = c.upgrade(upgraded)
+		}
+	}()
 	if h, _ := layout.DecodeHeader(b); h.Owner != 0 || h.Index != 0 {
 		c.problem("superblock: header names owner %d index %d (want 0, 0)", h.Owner, h.Index)
 	}
@@ -201,6 +222,20 @@ func (c *checker) run() error {
 		return err
 	}
 	c.progress("directories")
+	return nil
+}
+
+// upgrade writes the superblock of this build's format once the check
+// found the file system clean (or repaired it).
+func (c *checker) upgrade(super []byte) error {
+	if !c.rep.Clean() {
+		return fmt.Errorf("not upgraded to format %d: %d problems left", layout.FormatVersion, len(c.rep.Problems)-c.rep.Repaired)
+	}
+	if err := c.dev.WriteMeta(c.ctx, super, layout.SuperAddr); err != nil {
+		return fmt.Errorf("write the upgraded superblock: %w", err)
+	}
+	c.log.Info("fsck upgraded the file system", "format", layout.FormatVersion)
+	c.rep.Upgraded = true
 	return nil
 }
 
@@ -548,7 +583,7 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 	if err != nil {
 		return &info{bad: err.Error()}, nil
 	}
-	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM}
+	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer}
 	var probs []string
 	bad := func(format string, args ...any) {
 		probs = append(probs, fmt.Sprintf("inode %d: ", ino)+fmt.Sprintf(format, args...))
@@ -566,8 +601,8 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 				bad("inline file of size %d holds %d inline bytes", in.Size, len(in.Inline))
 			}
 		} else {
-			if in.Size > layout.ExtentBytes {
-				bad("size %d exceeds the largest file (%d)", in.Size, uint64(layout.ExtentBytes))
+			if in.Size > layout.FileBytesMax {
+				bad("size %d exceeds the largest file (%d)", in.Size, uint64(layout.FileBytesMax))
 			}
 			if len(in.Inline) != 0 {
 				bad("file kept in its extent also holds %d inline bytes", len(in.Inline))
@@ -973,15 +1008,38 @@ func (c *checker) orphan(ino uint64, x *info) error {
 		if err := c.dev.ReadAt(c.ctx, b, layout.InodeAddr(ino)); err != nil {
 			return fmt.Errorf("read inode %d: %w", ino, err)
 		}
-		free := &layout.Inode{Gen: x.gen, HWM: x.hwm}
+		free := &layout.Inode{Gen: x.gen, HWM: x.hwm, FVer: x.fver}
 		clearBytes := x.hwm
 		if x.bad != "" {
 			// Nothing is known of its extent: clear all of it, which
 			// leaves nothing for the next user to clear.
-			clearBytes, free.HWM = layout.ExtentBytes, 0
+			clearBytes, free.HWM = layout.FileBytesMax, 0
+		}
+		vdev, _ := c.dev.(filesys.VersionDevice)
+		if vdev != nil && !vdev.KeepsVersions() {
+			vdev = nil
+		}
+		if vdev != nil && x.bad != "" {
+			// Its fver is unknown: take it from the versions its history
+			// block holds (data is written at most one above the last).
+			fvers, err := vdev.BlockVersions(c.ctx, layout.ExtentAddr(ino)+layout.HistoryOff)
+			if err != nil {
+				return fmt.Errorf("list the versions of inode %d: %w", ino, err)
+			}
+			if len(fvers) > 0 {
+				free.FVer = fvers[len(fvers)-1] + 1
+			}
 		}
 		if clearBytes > 0 {
-			if err := c.dev.Decommit(c.ctx, layout.ExtentAddr(ino), clearBytes); err != nil {
+			var err error
+			if vdev != nil {
+				// Above its last version: versions stay, and the next
+				// user's writes (at fver+1) come after (filesys/versions.go).
+				err = vdev.DecommitVersion(c.ctx, layout.ExtentAddr(ino), clearBytes, free.FVer+1)
+			} else {
+				err = c.dev.Decommit(c.ctx, layout.ExtentAddr(ino), clearBytes)
+			}
+			if err != nil {
 				return fmt.Errorf("decommit the extent of inode %d: %w", ino, err)
 			}
 		}

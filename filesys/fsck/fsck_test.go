@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -552,6 +553,32 @@ func TestOrphanFreedAfterRecovery(t *testing.T) {
 		if in, _, err := layout.DecodeInode(b, a.Ino); err != nil || !in.Free() {
 			t.Fatalf("orphan %d: %+v %v", a.Ino, in, err)
 		}
+	}
+	tr.verify(t)
+}
+
+// TestUpgrade: a file system of format 1 is refused by mount and by a
+// plain check, and `fsck --upgrade` checks it and rewrites its superblock;
+// it then mounts, and its tree is intact.
+func TestUpgrade(t *testing.T) {
+	ctx := context.Background()
+	tr := build(t)
+	b := readBlock(t, tr.dev, layout.SuperAddr)
+	binary.LittleEndian.PutUint32(b[layout.HeaderBytes:], 1) // as format 1 wrote it
+	tr.dev.WriteData(ctx, b, layout.SuperAddr)
+	if _, err := filesys.Open(ctx, filesys.Config{Dev: tr.dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "m", Session: 9}); !errors.Is(err, layout.ErrOldFormat) {
+		t.Fatalf("mount of format 1: %v", err)
+	}
+	if _, err := Check(ctx, tr.dev, Options{}); !errors.Is(err, layout.ErrOldFormat) {
+		t.Fatalf("check of format 1 without --upgrade: %v", err)
+	}
+	rep, err := Check(ctx, tr.dev, Options{Upgrade: true})
+	if err != nil || !rep.Upgraded {
+		t.Fatalf("upgrade: %+v %v", rep, err)
+	}
+	expectClean(t, rep)
+	if rep, err := Check(ctx, tr.dev, Options{}); err != nil || rep.Upgraded {
+		t.Fatalf("check after the upgrade: %+v %v", rep, err)
 	}
 	tr.verify(t)
 }
