@@ -71,14 +71,18 @@ const (
 	HistoryChunk = 1 << 20                    // the extent's last MiB: never file bytes
 	FileBytesMax = ExtentBytes - HistoryChunk // the largest file
 	HistoryOff   = ExtentBytes - BlockBytes   // a file's history block in its extent
+	NameLogBase  = 1 << 61                    // each directory's name log (layout/namelog.go)
+	NameLogShift = 36                         // 64 GiB of name log per inode number
 )
 
 // Compile-time checks of the relations between regions.
 const (
-	_ = uint64(LogBase - SlotBase - SlotsMax*BlockBytes)    // slot headers end before the logs
-	_ = uint64(RGBase - LogBase - SlotsMax*LogBytes)        // logs end before the groups
-	_ = uint64(InodeBase - RGBase - RGsMax*BlockBytes)      // groups end before the inodes
-	_ = uint64(DataBase - InodeBase - InodesMax*BlockBytes) // inodes end before the extents
+	_ = uint64(LogBase - SlotBase - SlotsMax*BlockBytes)        // slot headers end before the logs
+	_ = uint64(RGBase - LogBase - SlotsMax*LogBytes)            // logs end before the groups
+	_ = uint64(InodeBase - RGBase - RGsMax*BlockBytes)          // groups end before the inodes
+	_ = uint64(DataBase - InodeBase - InodesMax*BlockBytes)     // inodes end before the extents
+	_ = uint64(NameLogBase - InodeBase - InodesMax*BlockBytes)  // inodes end before the name logs
+	_ = uint64(DirBase - NameLogBase - InodesMax<<NameLogShift) // name logs end before the directories
 	_ = uint64(1<<64 - 1 - (DataBase + (InodesMax-1)*ExtentBytes + ExtentBytes - 1))
 )
 
@@ -102,6 +106,12 @@ func ExtentAddr(ino uint64) uint64 { return DataBase + ino<<ExtentShift }
 
 // DirBlockAddr is the address of block n of directory ino's hash table.
 func DirBlockAddr(ino, n uint64) uint64 { return DirBase + ino<<DirShift + n*BlockBytes }
+
+// NameLogAddr is the address of block n of inode ino's name log.
+func NameLogAddr(ino, n uint64) uint64 { return NameLogBase + ino<<NameLogShift + n*BlockBytes }
+
+// NameLogBlocksMax is the number of blocks of one name log.
+const NameLogBlocksMax = 1 << (NameLogShift - 12)
 
 // ValidIno reports whether ino can name an inode.
 func ValidIno(ino uint64) bool { return ino >= 1 && ino < InodesMax }

@@ -30,13 +30,14 @@ const (
 type Kind uint8
 
 const (
-	KindNone   Kind = iota // never written
-	KindSuper              // the superblock
-	KindSlot               // a log slot header
-	KindRG                 // a resource group header
-	KindInode              // an inode
-	KindDir                // a block of a directory's hash table
-	KindOrphan             // a block of a log slot's orphan table
+	KindNone    Kind = iota // never written
+	KindSuper               // the superblock
+	KindSlot                // a log slot header
+	KindRG                  // a resource group header
+	KindInode               // an inode
+	KindDir                 // a block of a directory's hash table
+	KindOrphan              // a block of a log slot's orphan table
+	KindNameLog             // a block of a directory's name log (format 2)
 	kindEnd
 )
 
@@ -56,6 +57,8 @@ func (k Kind) String() string {
 		return "dir"
 	case KindOrphan:
 		return "orphan"
+	case KindNameLog:
+		return "namelog"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

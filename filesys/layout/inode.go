@@ -13,8 +13,8 @@ import (
 //	| mode u32 | nlink u32 | uid u32 | gid u32 | rdev u32 | flags u32 | size u64 | hwm u64 | gen u64 |
 //	 48                 60                 72                 84            86           88           96
 //	| atime s i64 ns u32 | mtime s i64 ns u32 | ctime s i64 ns u32 | inline u16 | xattrs u16 | parent u64 |
-//	 96         100
-//	| fver u32 | zero |
+//	 96         100         108
+//	| fver u32 | nlog u64 | zero |
 //	 128
 //	| inline bytes | xattr bytes | zero ... | (InlineBytes in all)
 //
@@ -36,7 +36,10 @@ import (
 // fver+1 until the next version is made. It is kept when the inode is
 // freed and reused, so file versions of one extent never decrease (the
 // bricks order a block's entries by them). FlagModified marks a regular
-// file changed since its newest version.
+// file changed since its newest version. nlog (format 2) is the length in
+// bytes of the inode number's name log (layout/namelog.go): a directory's
+// history of names; it is kept across reuse too, so the log of an earlier
+// directory at the number stays behind the new one's records.
 // Part of format version 2: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
@@ -53,6 +56,7 @@ type Inode struct {
 	Mode, Nlink, Uid, Gid, Rdev, Flags uint32
 	Size, HWM, Gen, Parent             uint64
 	FVer                               uint32 // newest file version (format 2)
+	NLog                               uint64 // name log bytes (format 2)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
 	Xattrs                             []Xattr
@@ -113,6 +117,7 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	le.PutUint16(p[86:], uint16(in.XattrBytes()))
 	le.PutUint64(p[88:], in.Parent)
 	le.PutUint32(p[96:], in.FVer)
+	le.PutUint64(p[100:], in.NLog)
 	q := p[inodeFieldsBytes:]
 	n := copy(q, in.Inline)
 	if len(in.Xattrs) > 0 {
@@ -155,7 +160,7 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 	in := &Inode{
 		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
 		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
-		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]),
+		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]), NLog: le.Uint64(p[100:]),
 		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
 	}
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
