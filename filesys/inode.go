@@ -24,6 +24,18 @@ func isReg(in *layout.Inode) bool { return in.Mode&typeMask == typeReg }
 // inode reads inode ino; the caller holds its lock. A free inode is
 // ErrNotFound (a stale number).
 func (t *tx) inode(ino uint64) (*layout.Inode, error) {
+	in, err := t.anyInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if in.Free() {
+		return nil, fmt.Errorf("%w: inode %d was deleted", ErrNotFound, ino)
+	}
+	return in, nil
+}
+
+// anyInode reads inode ino, free or not; the caller holds its lock.
+func (t *tx) anyInode(ino uint64) (*layout.Inode, error) {
 	if !layout.ValidIno(ino) {
 		return nil, fmt.Errorf("%w: inode %d", ErrStale, ino)
 	}
@@ -34,9 +46,6 @@ func (t *tx) inode(ino uint64) (*layout.Inode, error) {
 	in, _, err := layout.DecodeInode(b, ino)
 	if err != nil {
 		return nil, fmt.Errorf("%w: inode %d: %v", ErrIO, ino, err)
-	}
-	if in.Free() {
-		return nil, fmt.Errorf("%w: inode %d was deleted", ErrNotFound, ino)
 	}
 	return in, nil
 }
@@ -216,6 +225,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	in := init(ino, old)
 	in.Gen = old.Gen + 1
 	in.FVer = old.FVer // file versions of one extent never decrease
+	in.NLog = old.NLog // the name log goes on behind an earlier directory's records
 	if err := t.putInode(ino, in); err != nil {
 		return 0, nil, err
 	}
@@ -233,7 +243,8 @@ const (
 )
 
 // freeInode marks inode ino free in its group (h holds the group's lock)
-// and stages the free inode, keeping its generation and high-water mark.
+// and stages the free inode, keeping its generation, high-water mark, file
+// version and name log length.
 func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	g := layout.RGOf(ino)
 	b, err := t.write(layout.RGAddr(g), rgLock(g))
@@ -247,7 +258,7 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	rg.Clear(int(ino % layout.InodesPerRG))
 	rg.Encode(b, g, layout.Version(b))
 	fs.pages.drop(ino)
-	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer})
+	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer, NLog: in.NLog})
 }
 
 // clearExtent decommits a freed regular file's data and records that the

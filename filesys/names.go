@@ -339,8 +339,17 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 			return Attr{}, 0, err
 		}
 	}
+	if isReg(in) && fs.vdev != nil {
+		fs.openVersion(ino, in) // a new file's first close makes its first version
+		if err := t.putInode(ino, in); err != nil {
+			return Attr{}, 0, err
+		}
+	}
 	if err := d.Insert(blocks, dir.Entry{Name: name, Ino: ino, Type: uint8(n.mode >> 12)}); err != nil {
 		return Attr{}, 0, dirError(err, name)
+	}
+	if err := fs.logName(t, parent, pin, layout.NameAdded, name, ino, in.Gen, uint8(n.mode>>12), now); err != nil {
+		return Attr{}, 0, err
 	}
 	saveDir(pin, d)
 	pin.Mtime, pin.Ctime = now, now

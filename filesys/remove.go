@@ -85,6 +85,9 @@ func (fs *FS) removeLocked(ctx context.Context, h *held, parent uint64, name str
 	if _, err := d.Remove(blocks, name); err != nil {
 		return false, 0, false, dirError(err, name)
 	}
+	if err := fs.logName(t, parent, pin, layout.NameRemoved, name, ino, cin.Gen, uint8(cin.Mode>>12), now); err != nil {
+		return false, 0, false, err
+	}
 	saveDir(pin, d)
 	pin.Mtime, pin.Ctime = now, now
 	cin.Ctime = now
@@ -233,6 +236,9 @@ func (fs *FS) Link(ctx context.Context, ino, parent uint64, name string) (Attr, 
 		return Attr{}, dirError(err, name)
 	}
 	now := fs.now()
+	if err := fs.logName(t, parent, pin, layout.NameAdded, name, ino, in.Gen, uint8(in.Mode>>12), now); err != nil {
+		return Attr{}, err
+	}
 	saveDir(pin, d)
 	pin.Mtime, pin.Ctime = now, now
 	in.Nlink++

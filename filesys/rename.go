@@ -153,6 +153,21 @@ func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string
 		if err := exchange(sdir, sb, ddir, db, se, de); err != nil {
 			return false, 0, 0, err
 		}
+		for _, c := range []struct {
+			dino uint64
+			din  *layout.Inode
+			op   uint8
+			name string
+			ino  uint64
+			in   *layout.Inode
+		}{
+			{sd, sdin, layout.NameRemoved, sname, srcIno, sin}, {dd, ddin, layout.NameRemoved, dname, dstIno, din},
+			{sd, sdin, layout.NameAdded, sname, dstIno, din}, {dd, ddin, layout.NameAdded, dname, srcIno, sin},
+		} {
+			if err := fs.logName(t, c.dino, c.din, c.op, c.name, c.ino, c.in.Gen, uint8(c.in.Mode>>12), now); err != nil {
+				return false, 0, 0, err
+			}
+		}
 		reparent(o, sdin, ddin, sd, dd, srcIno, sin, dstIno, din)
 	} else {
 		if dstIno != 0 {
@@ -161,6 +176,9 @@ func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string
 			}
 			if _, err := ddir.Remove(db, dname); err != nil {
 				return false, 0, 0, dirError(err, dname)
+			}
+			if err := fs.logName(t, dd, ddin, layout.NameRemoved, dname, dstIno, din.Gen, uint8(din.Mode>>12), now); err != nil {
+				return false, 0, 0, err
 			}
 			din.Ctime = now
 			if isDir(din) {
@@ -186,6 +204,12 @@ func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string
 		}
 		if err := ddir.Insert(db, dir.Entry{Name: dname, Ino: srcIno, Type: se.Type}); err != nil {
 			return false, 0, 0, dirError(err, dname)
+		}
+		if err := fs.logName(t, sd, sdin, layout.NameRemoved, sname, srcIno, sin.Gen, se.Type, now); err != nil {
+			return false, 0, 0, err
+		}
+		if err := fs.logName(t, dd, ddin, layout.NameAdded, dname, srcIno, sin.Gen, se.Type, now); err != nil {
+			return false, 0, 0, err
 		}
 		reparent(o, sdin, ddin, sd, dd, srcIno, sin, 0, nil)
 	}

@@ -169,6 +169,13 @@ var ErrNoVersions = errors.New("this volume keeps no file versions (create it wi
 // Versions lists regular file ino's versions, oldest first. Versions of an
 // earlier file that had the same inode number are not listed.
 func (fs *FS) Versions(ctx context.Context, ino uint64) ([]Version, error) {
+	return fs.VersionsOf(ctx, ino, 0)
+}
+
+// VersionsOf lists the versions of the file of generation gen at inode
+// number ino (0: the file there now), oldest first: also of a file deleted
+// since, whose number may have been reused.
+func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error) {
 	if fs.vdev == nil {
 		return nil, ErrNoVersions
 	}
@@ -176,8 +183,14 @@ func (fs *FS) Versions(ctx context.Context, ino uint64) ([]Version, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !isReg(in) {
-		return nil, fmt.Errorf("%w: inode %d is not a regular file", ErrInvalid, ino)
+	if gen == 0 {
+		if in.Free() {
+			return nil, fmt.Errorf("%w: inode %d", ErrStale, ino)
+		}
+		if !isReg(in) {
+			return nil, fmt.Errorf("%w: inode %d is not a regular file", ErrInvalid, ino)
+		}
+		gen = in.Gen
 	}
 	hist := layout.ExtentAddr(ino) + layout.HistoryOff
 	fvers, err := fs.vdev.BlockVersions(ctx, hist)
@@ -197,7 +210,7 @@ func (fs *FS) Versions(ctx context.Context, ino uint64) ([]Version, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: version %d of inode %d: %v", ErrIO, f, ino, err)
 		}
-		if rec.FVer != f || rec.Gen != in.Gen {
+		if rec.FVer != f || rec.Gen != gen {
 			continue // an earlier file at this number
 		}
 		out = append(out, versionOf(ino, rec))
@@ -211,10 +224,10 @@ func versionOf(ino uint64, rec *layout.FileVersion) Version {
 	return Version{FVer: rec.FVer, Closed: toTime(rec.Closed), Node: rec.Node, Attr: attrOf(ino, in), rec: rec}
 }
 
-// VersionAt returns file ino's newest version made at or before t;
-// ok false if it has none.
-func (fs *FS) VersionAt(ctx context.Context, ino uint64, t time.Time) (Version, bool, error) {
-	vs, err := fs.Versions(ctx, ino)
+// VersionAt returns the newest version made at or before t of file ino of
+// generation gen (0: the file there now); ok false if it has none.
+func (fs *FS) VersionAt(ctx context.Context, ino, gen uint64, t time.Time) (Version, bool, error) {
+	vs, err := fs.VersionsOf(ctx, ino, gen)
 	if err != nil {
 		return Version{}, false, err
 	}
@@ -246,7 +259,7 @@ func (fs *FS) ReadVersion(ctx context.Context, ino uint64, v Version, p []byte, 
 	return n, nil
 }
 
-// settledInode returns ino's inode once every node's writes of its data
+// settledInode returns ino's inode (maybe free) once every node's writes of its data
 // are on the volume: taking its lock makes another node that changed it
 // write everything back first, and this node's own writes are waited for.
 func (fs *FS) settledInode(ctx context.Context, ino uint64) (*layout.Inode, error) {
@@ -255,12 +268,9 @@ func (fs *FS) settledInode(ctx context.Context, ino uint64) (*layout.Inode, erro
 		return nil, err
 	}
 	defer h.release()
-	in, err := fs.newTx(ctx).inode(ino)
+	in, err := fs.newTx(ctx).anyInode(ino)
 	if err != nil {
 		return nil, err
-	}
-	if in.Free() {
-		return nil, fmt.Errorf("%w: inode %d", ErrStale, ino)
 	}
 	fs.data.settle(ino)
 	return in, nil

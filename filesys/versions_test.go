@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,10 +111,10 @@ func TestFileVersions(t *testing.T) {
 		}
 	}
 	// The newest version at a time before the first close: none.
-	if _, ok, err := fs.VersionAt(ctx, f.Ino, time.Unix(0, 0)); ok || err != nil {
+	if _, ok, err := fs.VersionAt(ctx, f.Ino, 0, time.Unix(0, 0)); ok || err != nil {
 		t.Fatalf("version at 1970: %v %v", ok, err)
 	}
-	if v, ok, err := fs.VersionAt(ctx, f.Ino, time.Now().Add(time.Hour)); !ok || err != nil || v.FVer != uint32(len(want)) {
+	if v, ok, err := fs.VersionAt(ctx, f.Ino, 0, time.Now().Add(time.Hour)); !ok || err != nil || v.FVer != uint32(len(want)) {
 		t.Fatalf("version now: %+v %v %v", v, ok, err)
 	}
 }
@@ -189,6 +191,9 @@ func TestVersionsOfReusedInode(t *testing.T) {
 	if err := fs.Unlink(ctx, RootIno, "f"); err != nil {
 		t.Fatal(err)
 	}
+	if vs, err := fs.VersionsOf(ctx, f.Ino, f.Gen); err != nil || len(vs) != 1 {
+		t.Fatalf("deleted file's versions: %+v %v", vs, err)
+	}
 	// Create until the number comes back (the allocator takes the next
 	// free number of its group first).
 	var g Attr
@@ -235,5 +240,91 @@ func TestNoVersionsWithoutDevice(t *testing.T) {
 	}
 	if _, err := fs.Versions(ctx, f.Ino); !errors.Is(err, ErrNoVersions) {
 		t.Fatalf("versions on a volume without them: %v", err)
+	}
+}
+
+// TestNamesAt: a directory's names at a time come back from its name log:
+// names added since are gone, names removed or renamed away since are
+// back with their inode, and a removed directory's names are those it had.
+func TestNamesAt(t *testing.T) {
+	ctx := context.Background()
+	dev := versionedDevice(t)
+	clock := time.Unix(1_800_000_000, 0)
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1,
+		Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	tick := func() time.Time { clock = clock.Add(10 * time.Minute); return clock }
+	c := Caller{}
+	a, err := fs.Create(ctx, RootIno, "a", 0o644, c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fs.Create(ctx, RootIno, "b", 0o644, c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := fs.Mkdir(ctx, RootIno, "d", 0o755, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Create(ctx, d.Ino, "x", 0o644, c, true); err != nil {
+		t.Fatal(err)
+	}
+	t1 := clock // a, b, d/x
+	tick()
+	if err := fs.Unlink(ctx, RootIno, "a"); err != nil {
+		t.Fatal(err)
+	}
+	tick()
+	if err := fs.Rename(ctx, RootIno, "b", RootIno, "c", 0); err != nil {
+		t.Fatal(err)
+	}
+	tick()
+	if err := fs.Unlink(ctx, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Rmdir(ctx, RootIno, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Create(ctx, RootIno, "e", 0o644, c, true); err != nil {
+		t.Fatal(err)
+	}
+	t4 := tick()
+	root, err := fs.Getattr(ctx, RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(dino, dgen uint64, at time.Time) string {
+		t.Helper()
+		ns, err := fs.NamesAt(ctx, dino, dgen, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, n := range ns {
+			s = append(s, fmt.Sprintf("%s:%d", n.Name, n.Ino))
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := names(RootIno, root.Gen, t1), fmt.Sprintf("a:%d b:%d d:%d", a.Ino, b.Ino, d.Ino); got != want {
+		t.Fatalf("root at t1: %q, want %q", got, want)
+	}
+	if got, want := names(RootIno, root.Gen, t1.Add(15*time.Minute)), fmt.Sprintf("b:%d d:%d", b.Ino, d.Ino); got != want {
+		t.Fatalf("root between the unlink and the rename: %q, want %q", got, want)
+	}
+	if got := names(RootIno, root.Gen, t4); !strings.HasPrefix(got, fmt.Sprintf("c:%d e:", b.Ino)) {
+		t.Fatalf("root now: %q", got)
+	}
+	if got := names(d.Ino, d.Gen, t1); !strings.HasPrefix(got, "x:") {
+		t.Fatalf("removed directory at t1: %q", got)
+	}
+	if got := names(d.Ino, d.Gen, t4); got != "" {
+		t.Fatalf("removed directory now: %q", got)
+	}
+	if _, err := fs.NamesAt(ctx, RootIno, root.Gen, time.Unix(0, 0)); err != nil {
+		t.Fatal(err)
 	}
 }

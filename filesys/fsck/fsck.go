@@ -126,6 +126,7 @@ type info struct {
 	gen      uint64
 	hwm      uint64
 	fver     uint32
+	nlog     uint64
 	rewrite  bool // header index wrong: re-encode if kept
 	rewriteP int  // the problem that reports it
 
@@ -583,7 +584,7 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 	if err != nil {
 		return &info{bad: err.Error()}, nil
 	}
-	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer}
+	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog}
 	var probs []string
 	bad := func(format string, args ...any) {
 		probs = append(probs, fmt.Sprintf("inode %d: ", ino)+fmt.Sprintf(format, args...))
@@ -1008,7 +1009,7 @@ func (c *checker) orphan(ino uint64, x *info) error {
 		if err := c.dev.ReadAt(c.ctx, b, layout.InodeAddr(ino)); err != nil {
 			return fmt.Errorf("read inode %d: %w", ino, err)
 		}
-		free := &layout.Inode{Gen: x.gen, HWM: x.hwm, FVer: x.fver}
+		free := &layout.Inode{Gen: x.gen, HWM: x.hwm, FVer: x.fver, NLog: x.nlog}
 		clearBytes := x.hwm
 		if x.bad != "" {
 			// Nothing is known of its extent: clear all of it, which

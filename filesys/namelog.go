@@ -1,0 +1,167 @@
+package filesys
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/dir"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
+)
+
+// Directory name logs (layout/namelog.go): on a volume that keeps file
+// versions, every change of a directory's entries also appends what it
+// added and removed to the directory's name log, in the same transaction
+// under the directory's lock, so the log is exactly as durable as the
+// change. NamesAt replays it backwards from the directory's entries now to
+// the names it had at a time T: a name added after T is taken away, a
+// name removed after T comes back with the inode it named.
+
+// logName appends a record of name (added or removed, naming ino of
+// generation gen and type typ) to directory dino's name log; din is the
+// directory's inode in the transaction (its nlog grows; the caller puts
+// it). Nothing on a volume without file versions.
+func (fs *FS) logName(t *tx, dino uint64, din *layout.Inode, op uint8, name string, ino, gen uint64, typ uint8, now layout.Time) error {
+	if fs.vdev == nil {
+		return nil
+	}
+	r := layout.NameRecord{Time: now, Op: op, Type: typ, DirGen: din.Gen, Ino: ino, Gen: gen, Name: name}
+	blk, off, end := layout.NameLogPlace(din.NLog, r.Bytes())
+	if blk >= layout.NameLogBlocksMax {
+		return fmt.Errorf("%w: the name log of directory %d is full", ErrNoSpace, dino)
+	}
+	addr := layout.NameLogAddr(dino, blk)
+	b, err := t.write(addr, inodeLock(dino))
+	if err != nil {
+		return err
+	}
+	if h, err := layout.DecodeHeader(b); err != nil || h.Kind != layout.KindNameLog || h.Owner != dino || h.Index != blk || off == 0 {
+		// A new block, or one an earlier directory at this number left
+		// (its records are behind din.NLog's start of this block).
+		v := layout.Version(b)
+		clear(b)
+		layout.PutHeader(b, layout.Header{Kind: layout.KindNameLog, Version: v, Owner: dino, Index: blk})
+	}
+	if err := layout.PutNameRecord(b[layout.HeaderBytes+off:], &r); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	din.NLog = end
+	return nil
+}
+
+// NameAt is one name of a directory at a time.
+type NameAt struct {
+	Name     string
+	Ino, Gen uint64 // Gen 0: the entry is there now (the inode's generation now)
+	Type     uint8  // file type, as DirEntry.Mode >> 12
+}
+
+// skewMax bounds the difference between nodes' clocks that NamesAt
+// tolerates: it reads the log back to that much before t.
+const skewMax = time.Minute
+
+// NamesAt returns directory dino's names at time t, sorted, for the
+// directory of generation dgen (a directory removed since, or whose number
+// was reused, had no names when it was removed). It reads the log back
+// from its end to skewMax before t.
+func (fs *FS) NamesAt(ctx context.Context, dino, dgen uint64, t time.Time) ([]NameAt, error) {
+	if fs.vdev == nil {
+		return nil, ErrNoVersions
+	}
+	h, err := fs.acquire(ctx, r(inodeLock(dino)))
+	if err != nil {
+		return nil, err
+	}
+	defer h.release()
+	tx := fs.newTx(ctx)
+	din, err := tx.anyInode(dino)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]NameAt{}
+	if !din.Free() && din.Gen == dgen {
+		if !isDir(din) {
+			return nil, fmt.Errorf("%w: inode %d", ErrNotDir, dino)
+		}
+		d, err := dirOf(dino, din)
+		if err != nil {
+			return nil, err
+		}
+		for after, done := uint64(0), false; !done; {
+			var ents []dir.Entry
+			if ents, done, err = d.List(dirBlocks{tx, dino}, after, 1024); err != nil {
+				return nil, dirError(err, "")
+			}
+			for _, e := range ents {
+				names[e.Name] = NameAt{Name: e.Name, Ino: e.Ino, Type: e.Type}
+				after = e.Cookie
+			}
+		}
+	}
+	stop := fromTime(t.Add(-skewMax))
+	after := fromTime(t)
+	b := make([]byte, layout.BlockBytes)
+	for blk := int64(din.NLog / layout.PayloadBytes); blk >= 0; blk-- {
+		limit := layout.PayloadBytes
+		if uint64(blk) == din.NLog/layout.PayloadBytes {
+			limit = int(din.NLog % layout.PayloadBytes)
+		}
+		if limit == 0 {
+			continue
+		}
+		addr := layout.NameLogAddr(dino, uint64(blk))
+		blkData, err := tx.read(addr, inodeLock(dino))
+		if err != nil {
+			return nil, err
+		}
+		copy(b, blkData)
+		hd, err := layout.DecodeHeader(b)
+		if err != nil || hd.Kind != layout.KindNameLog || hd.Owner != dino || hd.Index != uint64(blk) {
+			return nil, fmt.Errorf("%w: name log block %d of directory %d: %v (kind %v)", ErrIO, blk, dino, err, hd.Kind)
+		}
+		recs, err := layout.DecodeNameRecords(b[layout.HeaderBytes:], limit)
+		if err != nil {
+			return nil, fmt.Errorf("%w: name log block %d of directory %d: %v", ErrIO, blk, dino, err)
+		}
+		done := false
+		for i := len(recs) - 1; i >= 0; i-- {
+			r := recs[i]
+			if r.DirGen < dgen || before(r.Time, stop) {
+				done = true // an earlier directory's records, or long before t
+				break
+			}
+			if r.DirGen != dgen || !before(after, r.Time) {
+				continue // a later directory's, or at or before t: in the state already
+			}
+			switch r.Op {
+			case layout.NameAdded:
+				if n, ok := names[r.Name]; ok && n.Ino == r.Ino {
+					delete(names, r.Name)
+				}
+			case layout.NameRemoved:
+				names[r.Name] = NameAt{Name: r.Name, Ino: r.Ino, Gen: r.Gen, Type: r.Type}
+			}
+		}
+		if done {
+			break
+		}
+	}
+	out := make([]NameAt, 0, len(names))
+	for _, n := range names {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b NameAt) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return out, nil
+}
+
+// before reports whether a is strictly before b.
+func before(a, b layout.Time) bool { return a.Sec < b.Sec || a.Sec == b.Sec && a.Nsec < b.Nsec }
