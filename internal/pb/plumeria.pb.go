@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51, 0}
 }
 
 type JoinRequest struct {
@@ -816,8 +816,11 @@ type CreateVolumeRequest struct {
 	ChunkBytes      uint32                 `protobuf:"varint,3,opt,name=chunk_bytes,json=chunkBytes,proto3" json:"chunk_bytes,omitempty"`
 	Pgs             uint32                 `protobuf:"varint,4,opt,name=pgs,proto3" json:"pgs,omitempty"`
 	AllowSameDomain bool                   `protobuf:"varint,5,opt,name=allow_same_domain,json=allowSameDomain,proto3" json:"allow_same_domain,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// file_versions makes the volume keep per-file versions at its bricks
+	// (clustermap.Volume.FileVersions); it cannot be changed later.
+	FileVersions  bool `protobuf:"varint,6,opt,name=file_versions,json=fileVersions,proto3" json:"file_versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateVolumeRequest) Reset() {
@@ -881,6 +884,13 @@ func (x *CreateVolumeRequest) GetPgs() uint32 {
 func (x *CreateVolumeRequest) GetAllowSameDomain() bool {
 	if x != nil {
 		return x.AllowSameDomain
+	}
+	return false
+}
+
+func (x *CreateVolumeRequest) GetFileVersions() bool {
+	if x != nil {
+		return x.FileVersions
 	}
 	return false
 }
@@ -2263,7 +2273,14 @@ type WriteRequest struct {
 	// one is left as it is (a late or repeated write of an older state, e.g.
 	// one that sat in a TCP buffer while its writer gave up, retried and gave
 	// its lock away), and counted in WriteResponse.stale.
-	VersionAt     uint32 `protobuf:"varint,8,opt,name=version_at,json=versionAt,proto3" json:"version_at,omitempty"`
+	VersionAt uint32 `protobuf:"varint,8,opt,name=version_at,json=versionAt,proto3" json:"version_at,omitempty"`
+	// file_version, on a volume created with file versions, is the file
+	// version the write belongs to (1 to 2^32-2; 0: none): the blocks are
+	// stored under gen<<32 | file_version, so they do not replace those of
+	// earlier file versions (clustermap/fileversions.go). A volume without
+	// file versions refuses it, and so does a write with version_at: both
+	// INVALID_ARGUMENT.
+	FileVersion   uint32 `protobuf:"varint,9,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2350,6 +2367,13 @@ func (x *WriteRequest) GetReserved() bool {
 func (x *WriteRequest) GetVersionAt() uint32 {
 	if x != nil {
 		return x.VersionAt
+	}
+	return 0
+}
+
+func (x *WriteRequest) GetFileVersion() uint32 {
+	if x != nil {
+		return x.FileVersion
 	}
 	return 0
 }
@@ -2445,6 +2469,7 @@ type Extent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Offset        uint64                 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
 	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	FileVersion   uint32                 `protobuf:"varint,3,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"` // as WriteRequest.file_version
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2493,6 +2518,13 @@ func (x *Extent) GetData() []byte {
 	return nil
 }
 
+func (x *Extent) GetFileVersion() uint32 {
+	if x != nil {
+		return x.FileVersion
+	}
+	return 0
+}
+
 type WriteResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stale         uint32                 `protobuf:"varint,1,opt,name=stale,proto3" json:"stale,omitempty"` // versioned blocks left as they were
@@ -2538,13 +2570,17 @@ func (x *WriteResponse) GetStale() uint32 {
 }
 
 type ReadRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
-	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
-	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint32                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`    // within one chunk
-	Snapshot      string                 `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"` // empty: the live volume
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol      uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg       uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset   uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   uint32                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`    // within one chunk
+	Snapshot string                 `protobuf:"bytes,6,opt,name=snapshot,proto3" json:"snapshot,omitempty"` // empty: the live volume
+	// file_version, on a volume created with file versions, reads the file
+	// version given (0: the newest): each block's newest entry at or below
+	// the live volume (or the snapshot) whose file version is at most it.
+	FileVersion   uint32 `protobuf:"varint,7,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2621,6 +2657,13 @@ func (x *ReadRequest) GetSnapshot() string {
 	return ""
 }
 
+func (x *ReadRequest) GetFileVersion() uint32 {
+	if x != nil {
+		return x.FileVersion
+	}
+	return 0
+}
+
 type ReadResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
@@ -2666,13 +2709,17 @@ func (x *ReadResponse) GetData() []byte {
 }
 
 type DecommitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
-	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
-	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
-	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"` // may span many chunks; the primary frees what its PG holds in range
-	Writer        *Writer                `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol      uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg       uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset   uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length   uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"` // may span many chunks; the primary frees what its PG holds in range
+	Writer   *Writer                `protobuf:"bytes,6,opt,name=writer,proto3" json:"writer,omitempty"`
+	// file_version, on a volume created with file versions: the tombstones
+	// and zeroed edges belong to that file version (as WriteRequest's), so
+	// readers of earlier file versions still read what they did.
+	FileVersion   uint32 `protobuf:"varint,7,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2749,6 +2796,13 @@ func (x *DecommitRequest) GetWriter() *Writer {
 	return nil
 }
 
+func (x *DecommitRequest) GetFileVersion() uint32 {
+	if x != nil {
+		return x.FileVersion
+	}
+	return 0
+}
+
 type DecommitResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2785,6 +2839,122 @@ func (*DecommitResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
+// BlockVersionsRequest names one block by a byte offset in it.
+type BlockVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockVersionsRequest) Reset() {
+	*x = BlockVersionsRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockVersionsRequest) ProtoMessage() {}
+
+func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
+func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *BlockVersionsRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *BlockVersionsRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *BlockVersionsRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// BlockVersionsResponse lists a block's entries, ascending. On a volume
+// without file versions each has snap_gen = its gen and file_version
+// 0xFFFFFFFF (unversioned).
+type BlockVersionsResponse struct {
+	state         protoimpl.MessageState           `protogen:"open.v1"`
+	Versions      []*BlockVersionsResponse_Version `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockVersionsResponse) Reset() {
+	*x = BlockVersionsResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockVersionsResponse) ProtoMessage() {}
+
+func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
+func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 // One block-level change, as the store applies it.
 type BlockOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2799,7 +2969,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2981,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +2994,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -2877,7 +3047,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3059,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3072,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -2962,7 +3132,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2974,7 +3144,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2987,7 +3157,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 type InventoryRequest struct {
@@ -3001,7 +3171,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3183,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3196,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -3061,7 +3231,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3073,7 +3243,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3086,7 +3256,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -3119,7 +3289,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3131,7 +3301,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3144,7 +3314,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -3172,7 +3342,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3354,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3367,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -3251,7 +3421,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3433,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3446,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -3297,7 +3467,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3479,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3492,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3357,7 +3527,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3539,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3552,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3400,6 +3570,66 @@ func (x *FetchBlockResponse) GetSeq() uint64 {
 }
 
 func (x *FetchBlockResponse) GetTombstone() bool {
+	if x != nil {
+		return x.Tombstone
+	}
+	return false
+}
+
+type BlockVersionsResponse_Version struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SnapGen       uint64                 `protobuf:"varint,1,opt,name=snap_gen,json=snapGen,proto3" json:"snap_gen,omitempty"`             // the volume generation it was written in (gen >> 32)
+	FileVersion   uint32                 `protobuf:"varint,2,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"` // gen & 0xFFFFFFFF; 0xFFFFFFFF: written without one
+	Tombstone     bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockVersionsResponse_Version) Reset() {
+	*x = BlockVersionsResponse_Version{}
+	mi := &file_proto_plumeria_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockVersionsResponse_Version) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockVersionsResponse_Version) ProtoMessage() {}
+
+func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
+func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50, 0}
+}
+
+func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
+	if x != nil {
+		return x.SnapGen
+	}
+	return 0
+}
+
+func (x *BlockVersionsResponse_Version) GetFileVersion() uint32 {
+	if x != nil {
+		return x.FileVersion
+	}
+	return 0
+}
+
+func (x *BlockVersionsResponse_Version) GetTombstone() bool {
 	if x != nil {
 		return x.Tombstone
 	}
@@ -3462,14 +3692,15 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\rGetMapRequest\x12\x1b\n" +
 	"\tmin_epoch\x18\x01 \x01(\x04R\bminEpoch\"+\n" +
 	"\x0eGetMapResponse\x12\x19\n" +
-	"\bmap_json\x18\x01 \x01(\fR\amapJson\"\xa4\x01\n" +
+	"\bmap_json\x18\x01 \x01(\fR\amapJson\"\xc9\x01\n" +
 	"\x13CreateVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1f\n" +
 	"\vchunk_bytes\x18\x03 \x01(\rR\n" +
 	"chunkBytes\x12\x10\n" +
 	"\x03pgs\x18\x04 \x01(\rR\x03pgs\x12*\n" +
-	"\x11allow_same_domain\x18\x05 \x01(\bR\x0fallowSameDomain\"1\n" +
+	"\x11allow_same_domain\x18\x05 \x01(\bR\x0fallowSameDomain\x12#\n" +
+	"\rfile_versions\x18\x06 \x01(\bR\ffileVersions\"1\n" +
 	"\x14CreateVolumeResponse\x12\x19\n" +
 	"\bmap_json\x18\x01 \x01(\fR\amapJson\"<\n" +
 	"\fFenceRequest\x12\x16\n" +
@@ -3544,7 +3775,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"timeUnixNs\".\n" +
 	"\x06Writer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
-	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\xe1\x01\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x84\x02\n" +
 	"\fWriteRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -3554,36 +3785,51 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
 	"\breserved\x18\a \x01(\bR\breserved\x12\x1d\n" +
 	"\n" +
-	"version_at\x18\b \x01(\rR\tversionAt\"\xc6\x01\n" +
+	"version_at\x18\b \x01(\rR\tversionAt\x12!\n" +
+	"\ffile_version\x18\t \x01(\rR\vfileVersion\"\xc6\x01\n" +
 	"\rWriteVRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12-\n" +
 	"\aextents\x18\x04 \x03(\v2\x13.plumeria.v1.ExtentR\aextents\x12+\n" +
 	"\x06writer\x18\x05 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12\x1a\n" +
-	"\breserved\x18\x06 \x01(\bR\breserved\"4\n" +
+	"\breserved\x18\x06 \x01(\bR\breserved\"W\n" +
 	"\x06Extent\x12\x16\n" +
 	"\x06offset\x18\x01 \x01(\x04R\x06offset\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"%\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12!\n" +
+	"\ffile_version\x18\x03 \x01(\rR\vfileVersion\"%\n" +
 	"\rWriteResponse\x12\x14\n" +
-	"\x05stale\x18\x01 \x01(\rR\x05stale\"\x98\x01\n" +
+	"\x05stale\x18\x01 \x01(\rR\x05stale\"\xbb\x01\n" +
 	"\vReadRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x05 \x01(\rR\x06length\x12\x1a\n" +
-	"\bsnapshot\x18\x06 \x01(\tR\bsnapshot\"\"\n" +
+	"\bsnapshot\x18\x06 \x01(\tR\bsnapshot\x12!\n" +
+	"\ffile_version\x18\a \x01(\rR\vfileVersion\"\"\n" +
 	"\fReadResponse\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xad\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xd0\x01\n" +
 	"\x0fDecommitRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
 	"\x06length\x18\x05 \x01(\x04R\x06length\x12+\n" +
-	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\"\x12\n" +
-	"\x10DecommitResponse\"\xb2\x01\n" +
+	"\x06writer\x18\x06 \x01(\v2\x13.plumeria.v1.WriterR\x06writer\x12!\n" +
+	"\ffile_version\x18\a \x01(\rR\vfileVersion\"\x12\n" +
+	"\x10DecommitResponse\"m\n" +
+	"\x14BlockVersionsRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\"\xc6\x01\n" +
+	"\x15BlockVersionsResponse\x12F\n" +
+	"\bversions\x18\x01 \x03(\v2*.plumeria.v1.BlockVersionsResponse.VersionR\bversions\x1ae\n" +
+	"\aVersion\x12\x19\n" +
+	"\bsnap_gen\x18\x01 \x01(\x04R\asnapGen\x12!\n" +
+	"\ffile_version\x18\x02 \x01(\rR\vfileVersion\x12\x1c\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone\"\xb2\x01\n" +
 	"\aBlockOp\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.plumeria.v1.BlockOp.KindR\x04kind\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x04R\x05block\x12\x10\n" +
@@ -3651,7 +3897,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xc1\x04\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\x99\x05\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -3661,7 +3907,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\tInventory\x12\x1d.plumeria.v1.InventoryRequest\x1a\x1e.plumeria.v1.InventoryResponse0\x01\x12G\n" +
 	"\bBackfill\x12\x1c.plumeria.v1.BackfillRequest\x1a\x1d.plumeria.v1.BackfillResponse\x12M\n" +
 	"\n" +
-	"FetchBlock\x12\x1e.plumeria.v1.FetchBlockRequest\x1a\x1f.plumeria.v1.FetchBlockResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"FetchBlock\x12\x1e.plumeria.v1.FetchBlockRequest\x1a\x1f.plumeria.v1.FetchBlockResponse\x12V\n" +
+	"\rBlockVersions\x12!.plumeria.v1.BlockVersionsRequest\x1a\".plumeria.v1.BlockVersionsResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -3676,73 +3923,76 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_proto_plumeria_proto_goTypes = []any{
-	(HeartbeatRequest_Kind)(0),          // 0: plumeria.v1.HeartbeatRequest.Kind
-	(BlockOp_Kind)(0),                   // 1: plumeria.v1.BlockOp.Kind
-	(*JoinRequest)(nil),                 // 2: plumeria.v1.JoinRequest
-	(*JoinResponse)(nil),                // 3: plumeria.v1.JoinResponse
-	(*RemoveCoordinatorRequest)(nil),    // 4: plumeria.v1.RemoveCoordinatorRequest
-	(*RemoveCoordinatorResponse)(nil),   // 5: plumeria.v1.RemoveCoordinatorResponse
-	(*RegisterBrickRequest)(nil),        // 6: plumeria.v1.RegisterBrickRequest
-	(*RegisterBrickResponse)(nil),       // 7: plumeria.v1.RegisterBrickResponse
-	(*PGUsage)(nil),                     // 8: plumeria.v1.PGUsage
-	(*HeartbeatRequest)(nil),            // 9: plumeria.v1.HeartbeatRequest
-	(*IOStats)(nil),                     // 10: plumeria.v1.IOStats
-	(*HeartbeatResponse)(nil),           // 11: plumeria.v1.HeartbeatResponse
-	(*GetMapRequest)(nil),               // 12: plumeria.v1.GetMapRequest
-	(*GetMapResponse)(nil),              // 13: plumeria.v1.GetMapResponse
-	(*CreateVolumeRequest)(nil),         // 14: plumeria.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),        // 15: plumeria.v1.CreateVolumeResponse
-	(*FenceRequest)(nil),                // 16: plumeria.v1.FenceRequest
-	(*FenceResponse)(nil),               // 17: plumeria.v1.FenceResponse
-	(*SnapshotRequest)(nil),             // 18: plumeria.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),            // 19: plumeria.v1.SnapshotResponse
-	(*DeleteSnapshotRequest)(nil),       // 20: plumeria.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),      // 21: plumeria.v1.DeleteSnapshotResponse
-	(*SetSnapshotScheduleRequest)(nil),  // 22: plumeria.v1.SetSnapshotScheduleRequest
-	(*SetSnapshotScheduleResponse)(nil), // 23: plumeria.v1.SetSnapshotScheduleResponse
-	(*DrainBrickRequest)(nil),           // 24: plumeria.v1.DrainBrickRequest
-	(*DrainBrickResponse)(nil),          // 25: plumeria.v1.DrainBrickResponse
-	(*RemoveBrickRequest)(nil),          // 26: plumeria.v1.RemoveBrickRequest
-	(*RemoveBrickResponse)(nil),         // 27: plumeria.v1.RemoveBrickResponse
-	(*PGSyncedRequest)(nil),             // 28: plumeria.v1.PGSyncedRequest
-	(*PGSyncedResponse)(nil),            // 29: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),        // 30: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil),       // 31: plumeria.v1.ReplicaFailedResponse
-	(*RegisterLockServerRequest)(nil),   // 32: plumeria.v1.RegisterLockServerRequest
-	(*RegisterLockServerResponse)(nil),  // 33: plumeria.v1.RegisterLockServerResponse
-	(*OpenSessionRequest)(nil),          // 34: plumeria.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),         // 35: plumeria.v1.OpenSessionResponse
-	(*RecordRecoveredRequest)(nil),      // 36: plumeria.v1.RecordRecoveredRequest
-	(*RecordRecoveredResponse)(nil),     // 37: plumeria.v1.RecordRecoveredResponse
-	(*CloseSessionRequest)(nil),         // 38: plumeria.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),        // 39: plumeria.v1.CloseSessionResponse
-	(*StatusRequest)(nil),               // 40: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),              // 41: plumeria.v1.StatusResponse
-	(*Writer)(nil),                      // 42: plumeria.v1.Writer
-	(*WriteRequest)(nil),                // 43: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),               // 44: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                      // 45: plumeria.v1.Extent
-	(*WriteResponse)(nil),               // 46: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                 // 47: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                // 48: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),             // 49: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),            // 50: plumeria.v1.DecommitResponse
-	(*BlockOp)(nil),                     // 51: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),            // 52: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),           // 53: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),            // 54: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),              // 55: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),           // 56: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),             // 57: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),            // 58: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),           // 59: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),          // 60: plumeria.v1.FetchBlockResponse
-	nil,                                 // 61: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
+	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
+	(*JoinRequest)(nil),                   // 2: plumeria.v1.JoinRequest
+	(*JoinResponse)(nil),                  // 3: plumeria.v1.JoinResponse
+	(*RemoveCoordinatorRequest)(nil),      // 4: plumeria.v1.RemoveCoordinatorRequest
+	(*RemoveCoordinatorResponse)(nil),     // 5: plumeria.v1.RemoveCoordinatorResponse
+	(*RegisterBrickRequest)(nil),          // 6: plumeria.v1.RegisterBrickRequest
+	(*RegisterBrickResponse)(nil),         // 7: plumeria.v1.RegisterBrickResponse
+	(*PGUsage)(nil),                       // 8: plumeria.v1.PGUsage
+	(*HeartbeatRequest)(nil),              // 9: plumeria.v1.HeartbeatRequest
+	(*IOStats)(nil),                       // 10: plumeria.v1.IOStats
+	(*HeartbeatResponse)(nil),             // 11: plumeria.v1.HeartbeatResponse
+	(*GetMapRequest)(nil),                 // 12: plumeria.v1.GetMapRequest
+	(*GetMapResponse)(nil),                // 13: plumeria.v1.GetMapResponse
+	(*CreateVolumeRequest)(nil),           // 14: plumeria.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),          // 15: plumeria.v1.CreateVolumeResponse
+	(*FenceRequest)(nil),                  // 16: plumeria.v1.FenceRequest
+	(*FenceResponse)(nil),                 // 17: plumeria.v1.FenceResponse
+	(*SnapshotRequest)(nil),               // 18: plumeria.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),              // 19: plumeria.v1.SnapshotResponse
+	(*DeleteSnapshotRequest)(nil),         // 20: plumeria.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 21: plumeria.v1.DeleteSnapshotResponse
+	(*SetSnapshotScheduleRequest)(nil),    // 22: plumeria.v1.SetSnapshotScheduleRequest
+	(*SetSnapshotScheduleResponse)(nil),   // 23: plumeria.v1.SetSnapshotScheduleResponse
+	(*DrainBrickRequest)(nil),             // 24: plumeria.v1.DrainBrickRequest
+	(*DrainBrickResponse)(nil),            // 25: plumeria.v1.DrainBrickResponse
+	(*RemoveBrickRequest)(nil),            // 26: plumeria.v1.RemoveBrickRequest
+	(*RemoveBrickResponse)(nil),           // 27: plumeria.v1.RemoveBrickResponse
+	(*PGSyncedRequest)(nil),               // 28: plumeria.v1.PGSyncedRequest
+	(*PGSyncedResponse)(nil),              // 29: plumeria.v1.PGSyncedResponse
+	(*ReplicaFailedRequest)(nil),          // 30: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),         // 31: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),     // 32: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil),    // 33: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),            // 34: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),           // 35: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),        // 36: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),       // 37: plumeria.v1.RecordRecoveredResponse
+	(*CloseSessionRequest)(nil),           // 38: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),          // 39: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),                 // 40: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),                // 41: plumeria.v1.StatusResponse
+	(*Writer)(nil),                        // 42: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 43: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 44: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 45: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 46: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 47: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 48: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 49: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 50: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 51: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 52: plumeria.v1.BlockVersionsResponse
+	(*BlockOp)(nil),                       // 53: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 54: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 55: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 56: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 57: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 58: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 59: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 60: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 61: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 62: plumeria.v1.FetchBlockResponse
+	nil,                                   // 63: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 64: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	61, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	63, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
@@ -3750,70 +4000,73 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	45, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
 	42, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
 	42, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 8: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	42, // 9: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	51, // 10: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	55, // 11: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	51, // 12: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 13: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 14: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 15: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 16: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	12, // 17: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	14, // 18: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	16, // 19: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	18, // 20: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	20, // 21: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	22, // 22: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	24, // 23: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	26, // 24: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	28, // 25: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	30, // 26: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	40, // 27: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	32, // 28: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	34, // 29: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	36, // 30: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	38, // 31: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	43, // 32: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	44, // 33: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	47, // 34: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	49, // 35: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	52, // 36: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	54, // 37: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	57, // 38: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	59, // 39: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	3,  // 40: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 41: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 42: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 43: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 44: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 45: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 46: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 47: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 48: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	23, // 49: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	25, // 50: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	27, // 51: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	29, // 52: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	31, // 53: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	41, // 54: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	33, // 55: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	35, // 56: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	37, // 57: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	39, // 58: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	46, // 59: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	46, // 60: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	48, // 61: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	50, // 62: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	53, // 63: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	56, // 64: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	58, // 65: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	60, // 66: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	40, // [40:67] is the sub-list for method output_type
-	13, // [13:40] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	64, // 8: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	1,  // 9: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	42, // 10: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	53, // 11: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	57, // 12: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	53, // 13: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 14: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 15: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 16: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 17: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	12, // 18: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	14, // 19: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	16, // 20: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	18, // 21: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	20, // 22: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	22, // 23: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	24, // 24: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	26, // 25: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	28, // 26: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	30, // 27: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	40, // 28: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	32, // 29: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	34, // 30: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	36, // 31: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	38, // 32: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	43, // 33: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	44, // 34: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	47, // 35: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	49, // 36: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	54, // 37: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	56, // 38: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	59, // 39: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	61, // 40: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	51, // 41: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	3,  // 42: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 43: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 44: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 45: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 46: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 47: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 48: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 49: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 50: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	23, // 51: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	25, // 52: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	27, // 53: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	29, // 54: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	31, // 55: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	41, // 56: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	33, // 57: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	35, // 58: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	37, // 59: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	39, // 60: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	46, // 61: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	46, // 62: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	48, // 63: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	50, // 64: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	55, // 65: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	58, // 66: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	60, // 67: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	62, // 68: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	52, // 69: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	42, // [42:70] is the sub-list for method output_type
+	14, // [14:42] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -3827,7 +4080,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

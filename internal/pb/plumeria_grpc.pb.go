@@ -868,14 +868,15 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Brick_Write_FullMethodName      = "/plumeria.v1.Brick/Write"
-	Brick_WriteV_FullMethodName     = "/plumeria.v1.Brick/WriteV"
-	Brick_Read_FullMethodName       = "/plumeria.v1.Brick/Read"
-	Brick_Decommit_FullMethodName   = "/plumeria.v1.Brick/Decommit"
-	Brick_Replicate_FullMethodName  = "/plumeria.v1.Brick/Replicate"
-	Brick_Inventory_FullMethodName  = "/plumeria.v1.Brick/Inventory"
-	Brick_Backfill_FullMethodName   = "/plumeria.v1.Brick/Backfill"
-	Brick_FetchBlock_FullMethodName = "/plumeria.v1.Brick/FetchBlock"
+	Brick_Write_FullMethodName         = "/plumeria.v1.Brick/Write"
+	Brick_WriteV_FullMethodName        = "/plumeria.v1.Brick/WriteV"
+	Brick_Read_FullMethodName          = "/plumeria.v1.Brick/Read"
+	Brick_Decommit_FullMethodName      = "/plumeria.v1.Brick/Decommit"
+	Brick_Replicate_FullMethodName     = "/plumeria.v1.Brick/Replicate"
+	Brick_Inventory_FullMethodName     = "/plumeria.v1.Brick/Inventory"
+	Brick_Backfill_FullMethodName      = "/plumeria.v1.Brick/Backfill"
+	Brick_FetchBlock_FullMethodName    = "/plumeria.v1.Brick/FetchBlock"
+	Brick_BlockVersions_FullMethodName = "/plumeria.v1.Brick/BlockVersions"
 )
 
 // BrickClient is the client API for Brick service.
@@ -899,6 +900,9 @@ type BrickClient interface {
 	Backfill(ctx context.Context, in *BackfillRequest, opts ...grpc.CallOption) (*BackfillResponse, error)
 	// FetchBlock reads one exact stored block (for read repair), verified by the sender.
 	FetchBlock(ctx context.Context, in *FetchBlockRequest, opts ...grpc.CallOption) (*FetchBlockResponse, error)
+	// BlockVersions lists the entries the primary holds for one block, at or
+	// below the live volume's reader gen (client → primary, admitted as a read).
+	BlockVersions(ctx context.Context, in *BlockVersionsRequest, opts ...grpc.CallOption) (*BlockVersionsResponse, error)
 }
 
 type brickClient struct {
@@ -998,6 +1002,16 @@ func (c *brickClient) FetchBlock(ctx context.Context, in *FetchBlockRequest, opt
 	return out, nil
 }
 
+func (c *brickClient) BlockVersions(ctx context.Context, in *BlockVersionsRequest, opts ...grpc.CallOption) (*BlockVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BlockVersionsResponse)
+	err := c.cc.Invoke(ctx, Brick_BlockVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1019,6 +1033,9 @@ type BrickServer interface {
 	Backfill(context.Context, *BackfillRequest) (*BackfillResponse, error)
 	// FetchBlock reads one exact stored block (for read repair), verified by the sender.
 	FetchBlock(context.Context, *FetchBlockRequest) (*FetchBlockResponse, error)
+	// BlockVersions lists the entries the primary holds for one block, at or
+	// below the live volume's reader gen (client → primary, admitted as a read).
+	BlockVersions(context.Context, *BlockVersionsRequest) (*BlockVersionsResponse, error)
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1052,6 +1069,9 @@ func (UnimplementedBrickServer) Backfill(context.Context, *BackfillRequest) (*Ba
 }
 func (UnimplementedBrickServer) FetchBlock(context.Context, *FetchBlockRequest) (*FetchBlockResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method FetchBlock not implemented")
+}
+func (UnimplementedBrickServer) BlockVersions(context.Context, *BlockVersionsRequest) (*BlockVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method BlockVersions not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1211,6 +1231,24 @@ func _Brick_FetchBlock_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brick_BlockVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlockVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).BlockVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_BlockVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).BlockVersions(ctx, req.(*BlockVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1245,6 +1283,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "FetchBlock",
 			Handler:    _Brick_FetchBlock_Handler,
+		},
+		{
+			MethodName: "BlockVersions",
+			Handler:    _Brick_BlockVersions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
