@@ -152,12 +152,16 @@ func (s *Server) CreateVolume(ctx context.Context, r *pb.CreateVolumeRequest) (*
 			if len(m.Volumes) >= limits.VolumesMax {
 				return nil, fmt.Errorf("the cluster already has %d volumes", limits.VolumesMax)
 			}
-			return clustermap.AddVolume(m, r.Name, replicas, chunk, pgs, r.AllowSameDomain)
+			n, err := clustermap.AddVolume(m, r.Name, replicas, chunk, pgs, r.AllowSameDomain)
+			if err == nil && r.FileVersions {
+				n.Volume(r.Name).FileVersions = true // n is a new map
+			}
+			return n, err
 		})
 		if err != nil {
 			return nil, err
 		}
-		s.log.InfoContext(ctx, "volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs)
+		s.log.InfoContext(ctx, "volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs, "file_versions", r.FileVersions)
 		return &pb.CreateVolumeResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.CreateVolumeResponse, error) { return cl.CreateVolume(ctx, r) })
 }

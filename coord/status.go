@@ -77,6 +77,8 @@ type VolumeStatus struct {
 	SyncingPGs     int      `json:"syncing_pgs"`
 	Snapshots      []string `json:"snapshots,omitempty"`
 	Gen            uint64   `json:"gen"`
+	// FileVersions: the volume keeps per-file versions (clustermap.Volume.FileVersions).
+	FileVersions bool `json:"file_versions,omitempty"`
 	// Schedule is the volume's snapshot schedule, if any.
 	Schedule *clustermap.SnapshotSchedule `json:"snapshot_schedule,omitempty"`
 }
@@ -137,7 +139,7 @@ func (s *Server) status(now time.Time) Status {
 // down (clustermap.Reconcile, rule 2), and those hold its data but serve
 // none of it. A PG's chunks are the most any in-sync member reported.
 func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brickUsage) VolumeStatus {
-	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen}
+	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen, FileVersions: v.FileVersions}
 	for i, p := range v.PGs {
 		var chunks int64
 		live := 0

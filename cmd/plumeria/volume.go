@@ -21,7 +21,7 @@ func volumeCmd() *cobra.Command {
 	c := &cobra.Command{Use: "volume", Short: "Create and list virtual disks"}
 	var replicas, pgs uint32
 	var chunk string
-	var allowSame bool
+	var allowSame, fileVersions bool
 	create := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create a sparse 2^64-byte virtual disk",
@@ -33,6 +33,7 @@ func volumeCmd() *cobra.Command {
 	create.Flags().StringVar(&chunk, "chunk-size", "1MiB", "unit of placement (power of two, 4KiB to 16MiB)")
 	create.Flags().Uint32Var(&pgs, "pgs", 0, "placement groups (default 64)")
 	create.Flags().BoolVar(&allowSame, "allow-same-domain", false, "allow replicas on the same host")
+	create.Flags().BoolVar(&fileVersions, "file-versions", false, "keep a version of each file every time it is closed, sharing unchanged blocks (cannot be changed later)")
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		if replicas < 1 {
 			return fmt.Errorf("--replicas must be at least 1")
@@ -53,13 +54,17 @@ func volumeCmd() *cobra.Command {
 		}
 		defer cl.Close()
 		err = cl.Call(cmd.Context(), func(ctx context.Context, c pb.CoordinatorClient) error {
-			_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: args[0], Replicas: replicas, ChunkBytes: uint32(cb), Pgs: pgs, AllowSameDomain: allowSame})
+			_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: args[0], Replicas: replicas, ChunkBytes: uint32(cb), Pgs: pgs, AllowSameDomain: allowSame, FileVersions: fileVersions})
 			return err
 		})
 		if err != nil {
 			return fmt.Errorf("volume create: %s", coordclient.ErrorMessage(err))
 		}
-		fmt.Printf("created volume %s (%d replicas, %s chunks)\n", args[0], replicas, chunk)
+		with := ""
+		if fileVersions {
+			with = ", file versions"
+		}
+		fmt.Printf("created volume %s (%d replicas, %s chunks%s)\n", args[0], replicas, chunk, with)
 		return nil
 	}
 	c.AddCommand(create)
