@@ -20,7 +20,9 @@ import (
 // in the prune record (prunefile.go) is lower prunes it: chunk by chunk,
 // under the serving map, holding the chunk's blocks as a write does, it
 // decides which versions no remaining snapshot and not the live volume
-// reads (store.Survivors), and replicates their removal to the PG's
+// reads (store.Survivors; on a volume with file versions also no reader of
+// a file version present, store.FileVersionSurvivors, so a deletion never
+// drops a file version), and replicates their removal to the PG's
 // members as a change with seqs of its own, as a decommit does. So every
 // replica drops the same versions in the PG's order of changes, and a
 // member that misses them is resynced like one that missed a write; a
@@ -161,7 +163,11 @@ func (s *Server) pruneChunk(ctx context.Context, vol uint64, pg uint32, lo, hi u
 		return store.PruneStats{}, err
 	}
 	defer unlock()
-	return s.store.Prune(ctx, v.ID, lo, hi, v.SnapshotGens(), v.Gen, func(ctx context.Context, ops []store.Op) error {
+	prune := s.store.Prune
+	if v.FileVersions {
+		prune = s.store.PruneFileVersions // every file version present reads too
+	}
+	return prune(ctx, v.ID, lo, hi, v.SnapshotReadGens(), v.LiveReadGen(), func(ctx context.Context, ops []store.Op) error {
 		for i := range ops {
 			seq, err := s.nextSeq(m.Epoch)
 			if err != nil {

@@ -25,7 +25,8 @@ import (
 const replicateTimeout = 10 * time.Second
 
 // Read serves a range within one chunk from the primary's store, as of the
-// live volume or a named snapshot.
+// live volume or a named snapshot, and on a volume with file versions as of
+// a file version (clustermap/fileversions.go).
 func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse, error) {
 	defer s.inflight.enter(kindRead)()
 	start := time.Now()
@@ -44,13 +45,16 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		return nil, err
 	}
 	defer unlock()
-	gen := v.Gen
+	if err := checkFileVersion(v, r.FileVersion); err != nil {
+		return nil, err
+	}
+	reader := store.Reader{Gen: v.LiveReadGen(), Version: r.FileVersion}
 	if r.Snapshot != "" {
-		g, ok := v.Snapshots[r.Snapshot]
+		g, ok := v.SnapshotReadGen(r.Snapshot)
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "volume %s has no snapshot %q", v.Name, r.Snapshot)
 		}
-		gen = g
+		reader.Gen = g
 	}
 	out := make([]byte, r.Length)
 	// A read of whole blocks (a chunk, a page) lands in out as it is read.
@@ -58,7 +62,7 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 	if r.Offset%limits.BlockBytes == 0 && uint64(r.Length)%limits.BlockBytes == 0 {
 		into = out
 	}
-	blocks, err := s.store.LatestRange(v.ID, lo, hi, gen, into)
+	blocks, err := s.store.LatestRangeAt(v.ID, lo, hi, reader, into)
 	if err != nil {
 		return nil, storeErr(err, "read")
 	}
@@ -156,7 +160,9 @@ func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.F
 
 // Decommit frees the blocks of [offset, offset+length) that this PG holds:
 // blocks only the live generation uses are removed; blocks a snapshot still
-// sees are hidden by a tombstone. Partly covered blocks are zeroed.
+// sees are hidden by a tombstone. Partly covered blocks are zeroed. On a
+// volume with file versions it does so at the request's file version: the
+// readers of earlier ones still read what they did.
 func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.DecommitResponse, error) {
 	defer s.inflight.enter(kindWrite)()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
@@ -177,6 +183,9 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 	if r.Writer == nil {
 		return nil, status.Error(codes.InvalidArgument, "decommit without a writer id")
 	}
+	if err := checkFileVersion(v, r.FileVersion); err != nil {
+		return nil, err
+	}
 	// The blocks the range touches, partly covered ones included; an end
 	// of 0 is 2^64.
 	lo, hi := r.Offset/limits.BlockBytes, ^uint64(0)
@@ -188,7 +197,7 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 		return nil, err
 	}
 	defer unlock()
-	ops, err := s.decommitOps(ctx, m, v, r.Pg, p, r.Offset, r.Length)
+	ops, err := s.decommitOps(ctx, m, v, r.Pg, p, r.Offset, r.Length, r.FileVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +215,16 @@ func (s *Server) Decommit(ctx context.Context, r *pb.DecommitRequest) (*pb.Decom
 
 const decommitBatchOps = 1024
 
-func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, off, n uint64) ([]store.Op, error) {
+// decommitOps returns the changes of a decommit of [off, off+n) at file
+// version f (0: none), all at gen = v.StoreGen(f): per whole block, the
+// entry at exactly gen ("cur") is removed if no older entry exists, else
+// a tombstone at gen hides the older ones (a snapshot or a reader of an
+// earlier file version may read them); partly covered blocks get a put at
+// gen of the live bytes with the range zeroed. Entries above gen (none,
+// while the file system's versions of a block grow within a generation)
+// are left alone.
+func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, pg uint32, p *clustermap.PG, off, n uint64, f uint32) ([]store.Op, error) {
+	gen := v.StoreGen(f)
 	end := off + n // 0 means 2^64
 	blo := off / limits.BlockBytes
 	if off%limits.BlockBytes != 0 {
@@ -234,7 +252,7 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 		defer func() { gens = gens[:0] }()
 		var cur, lastOlder *store.Entry
 		for i := range gens {
-			if gens[i].Gen == v.Gen {
+			if gens[i].Gen == gen {
 				cur = &gens[i]
 			} else {
 				lastOlder = &gens[i]
@@ -245,15 +263,18 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 			return add(store.Op{Kind: store.OpRemove, Key: cur.Key})
 		case lastOlder == nil:
 			return nil
-		case cur != nil && cur.Tombstone, cur == nil && lastOlder.Tombstone:
+		case cur != nil && cur.Tombstone:
 			return nil // the live volume already reads zeros here
+		case cur == nil && lastOlder.Tombstone && (!v.FileVersions || uint32(lastOlder.Gen) <= uint32(gen)):
+			return nil // so do the live volume and the readers of file versions from gen's on
 		}
-		// A snapshot sees an older generation: hide it from the live volume.
-		return add(store.Op{Kind: store.OpTombstone, Key: store.Key{Vol: v.ID, Block: gens[0].Block, Gen: v.Gen}})
+		// A snapshot, or a reader of an earlier file version, sees an
+		// older entry: hide it from the live volume.
+		return add(store.Op{Kind: store.OpTombstone, Key: store.Key{Vol: v.ID, Block: gens[0].Block, Gen: gen}})
 	}
 	var scanErr error
 	visit := func(e store.Entry) bool {
-		if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) != pg || e.Gen > v.Gen {
+		if clustermap.PGOfChunk(v.ID, e.Block/blocksPerChunk, len(v.PGs)) != pg || e.Gen > gen {
 			return true
 		}
 		if e.Block != curBlock {
@@ -294,7 +315,7 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 		if clustermap.PGOfChunk(v.ID, b/blocksPerChunk, len(v.PGs)) != pg {
 			continue
 		}
-		base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+		base, err := s.readBlock(ctx, m, v, p, b, store.Reader{Gen: v.LiveReadGen()})
 		if err != nil {
 			return nil, err
 		}
@@ -303,11 +324,48 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 		}
 		within := int(edge[0] - b*limits.BlockBytes)
 		block := repl.Merge(base, limits.BlockBytes, within, make([]byte, edge[1]-edge[0]))
-		if err := add(store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Data: block}); err != nil {
+		if err := add(store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: gen}, Data: block}); err != nil {
 			return nil, status.Errorf(codes.Unavailable, "%v", err)
 		}
 	}
 	return ops, nil
+}
+
+// BlockVersions lists the entries the primary holds for the block at
+// r.Offset at or below the live volume's reader gen, ascending, each as
+// the generation it was written in, its file version and whether it is a
+// tombstone. Admitted as a read.
+func (s *Server) BlockVersions(ctx context.Context, r *pb.BlockVersionsRequest) (*pb.BlockVersionsResponse, error) {
+	defer s.inflight.enter(kindRead)()
+	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	v, p, err := pgOf(m, r.Vol, r.Pg, r.Offset, 1)
+	if err != nil {
+		return nil, err
+	}
+	b := r.Offset / limits.BlockBytes
+	unlock, err := s.admit(ctx, m, v, r.Pg, p, r.MapEpoch, nil, []span{{b, b + 1}})
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	live := v.LiveReadGen()
+	resp := &pb.BlockVersionsResponse{}
+	err = s.store.Scan(v.ID, b, b+1, func(e store.Entry) bool {
+		if e.Gen > live {
+			return false
+		}
+		g, f := v.SplitStoreGen(e.Gen)
+		resp.Versions = append(resp.Versions, &pb.BlockVersionsResponse_Version{SnapGen: g, FileVersion: f, Tombstone: e.Tombstone})
+		return true
+	})
+	if err != nil {
+		return nil, storeErr(err, "block versions")
+	}
+	return resp, nil
 }
 
 // decommitChunksMax bounds the chunks of a decommit's range scanned one by

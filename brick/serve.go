@@ -120,7 +120,7 @@ func storeErr(err error, what string) error {
 // the result here and on every other member of the PG before answering.
 func (s *Server) Write(ctx context.Context, r *pb.WriteRequest) (*pb.WriteResponse, error) {
 	w := clientWrite{epoch: r.MapEpoch, vol: r.Vol, pg: r.Pg, writer: r.Writer, reserved: r.Reserved, versionAt: r.VersionAt}
-	return s.write(ctx, w, []*pb.Extent{{Offset: r.Offset, Data: r.Data}})
+	return s.write(ctx, w, []*pb.Extent{{Offset: r.Offset, Data: r.Data, FileVersion: r.FileVersion}})
 }
 
 // WriteV is Write of several extents of one PG as one change (one
@@ -189,6 +189,12 @@ func checkWrite(m *clustermap.Map, r clientWrite, exts []*pb.Extent) (v *cluster
 		if v, p, err = pgOf(m, r.vol, r.pg, e.Offset, uint64(len(e.Data))); err != nil {
 			return nil, nil, nil, 0, err
 		}
+		if err := checkFileVersion(v, e.FileVersion); err != nil {
+			return nil, nil, nil, 0, err
+		}
+		if r.versionAt > 0 && e.FileVersion != 0 {
+			return nil, nil, nil, 0, status.Errorf(codes.InvalidArgument, "write at %d of file version %d is versioned too (version_at): give one or the other", e.Offset, e.FileVersion)
+		}
 		if r.versionAt > 0 && (e.Offset%limits.BlockBytes != 0 || len(e.Data)%limits.BlockBytes != 0 || r.versionAt+7 > limits.BlockBytes) {
 			return nil, nil, nil, 0, status.Errorf(codes.InvalidArgument, "versioned write at %d length %d (version at byte %d): must cover whole %d-byte blocks", e.Offset, len(e.Data), r.versionAt-1, limits.BlockBytes)
 		}
@@ -201,11 +207,26 @@ func checkWrite(m *clustermap.Map, r clientWrite, exts []*pb.Extent) (v *cluster
 	return v, p, spans, n, nil
 }
 
+// checkFileVersion refuses a file version (f != 0) on a volume without
+// file versions, and one above clustermap.FileVersionMax.
+func checkFileVersion(v *clustermap.Volume, f uint32) error {
+	switch {
+	case f == 0:
+		return nil
+	case !v.FileVersions:
+		return status.Errorf(codes.InvalidArgument, "volume %s does not keep file versions", v.Name)
+	case f > clustermap.FileVersionMax:
+		return status.Errorf(codes.InvalidArgument, "file version %d of volume %s: at most %d", f, v.Name, clustermap.FileVersionMax)
+	}
+	return nil
+}
+
 // writeOps turns a write's extents into one put per block they touch, each
-// with its own seq: a whole block as given, a partial one merged into its
-// stored bytes (or into the put of an earlier extent of the same write),
-// a versioned one only if newer than the stored block (else counted in
-// stale). The caller holds the blocks.
+// with its own seq, stored at the gen of the extent's file version
+// (Volume.StoreGen): a whole block as given, a partial one merged into the
+// live volume's bytes (or into the put of an earlier extent of the same
+// write), a versioned one only if newer than the stored block (else
+// counted in stale). The caller holds the blocks.
 func (s *Server) writeOps(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, r clientWrite, exts []*pb.Extent) (ops []store.Op, stale uint32, err error) {
 	var at map[uint64]int // block -> its op, when several extents may share blocks
 	if len(exts) > 1 {
@@ -219,14 +240,18 @@ func (s *Server) writeOps(ctx context.Context, m *clustermap.Map, v *clustermap.
 			from := max(bStart, e.Offset)
 			last := min(bStart+limits.BlockBytes-1, e.Offset+uint64(len(e.Data))-1)
 			piece := e.Data[from-e.Offset : last-e.Offset+1]
-			if i, ok := at[b]; ok { // an earlier extent of this write put it
+			gen := v.StoreGen(e.FileVersion)
+			i, earlier := at[b]
+			if earlier && ops[i].Key.Gen == gen { // an earlier extent of this write put it
 				ops[i].Data = repl.Merge(ops[i].Data, limits.BlockBytes, int(from-bStart), piece)
 				continue
 			}
 			var block []byte
 			switch {
+			case earlier: // of another file version: over what the live volume will read
+				block = repl.Merge(ops[i].Data, limits.BlockBytes, int(from-bStart), piece)
 			case r.versionAt > 0:
-				base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+				base, err := s.readBlock(ctx, m, v, p, b, store.Reader{Gen: v.LiveReadGen()})
 				if err != nil {
 					return nil, 0, err
 				}
@@ -241,7 +266,7 @@ func (s *Server) writeOps(ctx context.Context, m *clustermap.Map, v *clustermap.
 			case len(piece) == limits.BlockBytes:
 				block = piece
 			default:
-				base, err := s.readBlock(ctx, m, v, p, b, v.Gen)
+				base, err := s.readBlock(ctx, m, v, p, b, store.Reader{Gen: v.LiveReadGen()})
 				if err != nil {
 					return nil, 0, err
 				}
@@ -254,7 +279,7 @@ func (s *Server) writeOps(ctx context.Context, m *clustermap.Map, v *clustermap.
 			if at != nil {
 				at[b] = len(ops)
 			}
-			ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: v.Gen}, Seq: seq, Data: block})
+			ops = append(ops, store.Op{Kind: store.OpPut, Key: store.Key{Vol: v.ID, Block: b, Gen: gen}, Seq: seq, Data: block})
 		}
 	}
 	return ops, stale, nil
@@ -370,10 +395,10 @@ func errMsg(err error) string {
 	return err.Error()
 }
 
-// readBlock returns the block's bytes as of gen (nil means zeros),
+// readBlock returns the block's bytes as r reads them (nil means zeros),
 // repairing a corrupt local copy from another in-sync member.
-func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, block, gen uint64) ([]byte, error) {
-	data, e, err := s.store.Latest(v.ID, block, gen)
+func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, block uint64, r store.Reader) ([]byte, error) {
+	data, e, err := s.store.LatestAt(v.ID, block, r)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, nil
 	}
