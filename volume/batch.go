@@ -47,6 +47,7 @@ type pgQueueKey struct {
 type queued struct {
 	off  uint64
 	buf  []byte
+	f    uint32          // its file version (0: none); pieces of several may share a request
 	ctx  context.Context // the caller's: a request is abandoned only when every caller in it is
 	done chan error      // buffered; receives the request's outcome once
 	sent bool            // taken into a request (under the queue's mu)
@@ -63,11 +64,11 @@ func (v *Volume) pgQueue(k pgQueueKey) *pgQueue {
 	return q
 }
 
-// writeQueued writes p at off through the PGs' queues and waits for every
-// piece. If ctx ends first, pieces not yet sent are withdrawn; pieces
+// writeQueued writes p at off, as file version f, through the PGs' queues
+// and waits for every piece. If ctx ends first, pieces not yet sent are withdrawn; pieces
 // under way are waited for (the request still reads the caller's bytes),
 // and a request whose callers have all gone is cancelled.
-func (v *Volume) writeQueued(ctx context.Context, vol *clustermap.Volume, p []byte, off uint64) error {
+func (v *Volume) writeQueued(ctx context.Context, vol *clustermap.Volume, p []byte, off uint64, f uint32) error {
 	reserved := isReserved(ctx)
 	pieces := split(off, p, uint64(vol.ChunkBytes))
 	qs := make([]*pgQueue, len(pieces))
@@ -75,7 +76,7 @@ func (v *Volume) writeQueued(ctx context.Context, vol *clustermap.Volume, p []by
 	for i, pc := range pieces {
 		k := pgQueueKey{pg: uint32(vol.PGOf(pc.off)), reserved: reserved}
 		qs[i] = v.pgQueue(k)
-		items[i] = &queued{off: pc.off, buf: pc.buf, ctx: ctx, done: make(chan error, 1)}
+		items[i] = &queued{off: pc.off, buf: pc.buf, f: f, ctx: ctx, done: make(chan error, 1)}
 		v.enqueue(qs[i], k, items[i])
 	}
 	var first error
@@ -184,7 +185,7 @@ func (v *Volume) sendBatch(k pgQueueKey, batch []*queued) error {
 	v.stats.batchExtents.Observe(float64(len(batch)))
 	exts := make([]*pb.Extent, len(batch))
 	for i, it := range batch {
-		exts[i] = &pb.Extent{Offset: it.off, Data: it.buf}
+		exts[i] = &pb.Extent{Offset: it.off, Data: it.buf, FileVersion: it.f}
 	}
 	return v.retry(ctx, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) error {
 		cl, err := v.brick(m, vol.PGs[k.pg].Primary())

@@ -38,6 +38,9 @@ var (
 	ErrRange      = errors.New("volume: range passes the end of the 2^64-byte address space")
 	ErrDataLoss   = errors.New("volume: data lost on every replica")
 	ErrNoSpace    = errors.New("volume: a brick is out of space")
+	// ErrNoFileVersions: a file version given on a volume created without
+	// file versions.
+	ErrNoFileVersions = errors.New("volume: the volume does not keep file versions")
 )
 
 // Options configures a Volume.
@@ -221,8 +224,22 @@ func versionAt(ctx context.Context) uint32 {
 // versioned ones are sent alone, since each block's outcome depends on
 // what the brick holds.
 func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) {
+	return v.WriteAtVersion(ctx, p, off, 0)
+}
+
+// WriteAtVersion is WriteAt as file version f (1 to
+// clustermap.FileVersionMax; 0: none, as WriteAt) of a volume created with
+// file versions: the bricks keep the blocks under f, so the readers of
+// earlier file versions still read theirs (ReadAtVersion). Within one
+// generation of the volume the file versions written to a block must not
+// decrease. It goes through the PGs' queues as WriteAt; it may not be
+// versioned (Versioned). Errors as WriteAt, and ErrNoFileVersions.
+func (v *Volume) WriteAtVersion(ctx context.Context, p []byte, off uint64, f uint32) (err error) {
 	defer v.stats.done(opWrite, time.Now(), len(p), &err)
 	if err := checkRange(off, len(p)); err != nil {
+		return err
+	}
+	if err := v.checkFileVersion(f); err != nil {
 		return err
 	}
 	if versionAt(ctx) == 0 {
@@ -230,7 +247,10 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) 
 		if vol == nil {
 			return fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
 		}
-		return v.writeQueued(ctx, vol, p, off)
+		return v.writeQueued(ctx, vol, p, off, f)
+	}
+	if f != 0 {
+		return fmt.Errorf("volume %s: a write of file version %d may not be versioned (Versioned) too", v.name, f)
 	}
 	return v.each(ctx, off, p, func(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pc piece) error {
 		pg := vol.PGOf(pc.off)
@@ -246,16 +266,54 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off uint64) (err error) 
 
 // ReadAt fills p from off. Never-written bytes read as zeros.
 func (v *Volume) ReadAt(ctx context.Context, p []byte, off uint64) error {
-	return v.ReadSnapshotAt(ctx, "", p, off)
+	return v.ReadSnapshotAtVersion(ctx, "", p, off, 0)
+}
+
+// ReadAtVersion fills p from off as file version f (0: the newest) of a
+// volume with file versions: each block as the newest write of a file
+// version at most f left it (a decommit reads as zeros). Errors as ReadAt,
+// and ErrNoFileVersions.
+func (v *Volume) ReadAtVersion(ctx context.Context, p []byte, off uint64, f uint32) error {
+	return v.ReadSnapshotAtVersion(ctx, "", p, off, f)
+}
+
+// FileVersions reports whether the volume keeps file versions (it was
+// created with them; that never changes).
+func (v *Volume) FileVersions() bool {
+	vol := v.Map().Volume(v.name)
+	return vol != nil && vol.FileVersions
+}
+
+// checkFileVersion refuses a file version on a volume without them, and
+// one above clustermap.FileVersionMax.
+func (v *Volume) checkFileVersion(f uint32) error {
+	switch {
+	case f == 0:
+		return nil
+	case !v.FileVersions():
+		return fmt.Errorf("volume %s: file version %d: %w", v.name, f, ErrNoFileVersions)
+	case f > clustermap.FileVersionMax:
+		return fmt.Errorf("volume %s: file version %d: at most %d", v.name, f, clustermap.FileVersionMax)
+	}
+	return nil
 }
 
 // readDataField is ReadResponse's data field.
 var readDataField = (&pb.ReadResponse{}).ProtoReflect().Descriptor().Fields().ByName("data").Number()
 
 // ReadSnapshotAt reads as of the named snapshot ("" = the live volume).
-func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) (err error) {
+func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off uint64) error {
+	return v.ReadSnapshotAtVersion(ctx, snap, p, off, 0)
+}
+
+// ReadSnapshotAtVersion reads as of the named snapshot ("" = the live
+// volume) and file version f (0: the newest the snapshot has).
+func (v *Volume) ReadSnapshotAtVersion(ctx context.Context, snap string, p []byte, off uint64, f uint32) (err error) {
 	defer v.stats.done(opRead, time.Now(), len(p), &err)
 	if err := checkRange(off, len(p)); err != nil {
+		return err
+	}
+	if err := v.checkFileVersion(f); err != nil {
 		return err
 	}
 	if snap != "" {
@@ -273,7 +331,7 @@ func (v *Volume) ReadSnapshotAt(ctx context.Context, snap string, p []byte, off 
 		// An attempt that fails may have written some of it; the next
 		// one writes all of it again.
 		r := &rpcbuf.Into{Msg: &pb.ReadResponse{}, Field: readDataField, Dst: pc.buf}
-		req := &pb.ReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Length: uint32(len(pc.buf)), Snapshot: snap}
+		req := &pb.ReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: pg, Offset: pc.off, Length: uint32(len(pc.buf)), Snapshot: snap, FileVersion: f}
 		if err := c.Invoke(ctx, pb.Brick_Read_FullMethodName, req, r); err != nil {
 			return err
 		}
@@ -311,12 +369,23 @@ func (v *Volume) knowSnapshot(ctx context.Context, snap string) error {
 // what they saw. n == 0 with off == 0 is not "everything": pass
 // DecommitAll for the whole address space.
 func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
+	return v.DecommitVersion(ctx, off, n, 0)
+}
+
+// DecommitVersion is Decommit as file version f (0: none, as Decommit) of a
+// volume with file versions: the range reads as zeros in the live volume
+// and in file versions from f on; earlier file versions keep what they
+// read. Errors as Decommit, and ErrNoFileVersions.
+func (v *Volume) DecommitVersion(ctx context.Context, off, n uint64, f uint32) (err error) {
 	if n == 0 {
 		return nil
 	}
 	defer v.stats.done(opDecommit, time.Now(), 0, &err)
 	if off+n < off && off+n != 0 {
 		return fmt.Errorf("%w: decommit at %d length %d", ErrRange, off, n)
+	}
+	if err := v.checkFileVersion(f); err != nil {
+		return err
 	}
 	vol := v.Map().Volume(v.name)
 	if vol == nil {
@@ -332,7 +401,7 @@ func (v *Volume) Decommit(ctx context.Context, off, n uint64) (err error) {
 					return err
 				}
 				_, err = cl.Decommit(ctx, &pb.DecommitRequest{MapEpoch: m.Epoch, Vol: vol.ID, Pg: uint32(pg), Offset: off, Length: n,
-					Writer: v.writer})
+					Writer: v.writer, FileVersion: f})
 				return err
 			})
 		}()
