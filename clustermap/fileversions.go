@@ -16,15 +16,19 @@ package clustermap
 // version in one generation do not replace the entries of earlier ones
 // (their keys differ). A version reader for f, optionally combined with a
 // snapshot, sees the newest entry with gen <= its reader gen whose low 32
-// bits are <= f. The file system promises that within one generation a
-// block's file versions never decrease, and a generation only grows, so
-// for one block both halves of its gens grow in the order they were
-// written: the entries a version reader accepts are a prefix of the
-// block's entries in gen order, and it reads the last of them, which is
-// the block as it was when version f was closed. Each write is one put at
-// one key under the primary's block lock, as before, so reads and writes
-// stay linearizable; a version reader sees an entry only once a write of
-// it was acknowledged or is being read by the live volume too.
+// bits are <= f. The file system promises that a block's file versions
+// never decrease within one generation (and, its files' versions only
+// growing, across them too), and a generation only grows, so for one
+// block both halves of its gens grow in the order they were written: the
+// entries a version reader accepts are a prefix of the block's entries in
+// gen order (unversioned writes of earlier generations aside, which it
+// skips), and it reads the last of them, which is the block as it was
+// when version f was closed. Reads and writes stay
+// linearizable as before: a write is still one put per block at one key,
+// made under the primary's exclusive lock of the block and on every
+// replica before it is acknowledged, and a read of any reader gen and file
+// version picks one entry per block under the shared lock, as a function
+// of the entries present; so it sees exactly the writes applied before it.
 //
 // A volume without FileVersions keeps today's gens: StoreGen is Gen, and
 // every reader reads at Gen or at its snapshot's gen.
