@@ -146,6 +146,12 @@ func (fs *FS) makeVersion(ctx context.Context, ino uint64) error {
 	return t.commit()
 }
 
+// Created is when the file system was formatted.
+func (fs *FS) Created() time.Time { return time.Unix(0, fs.super.Created) }
+
+// KeepsVersions reports whether the volume keeps file versions.
+func (fs *FS) KeepsVersions() bool { return fs.vdev != nil }
+
 // nodeName fits a node's id into a history record.
 func nodeName(id string) string {
 	if len(id) <= layout.HistoryNodeMax {

@@ -3,10 +3,12 @@
 // that find, du and backup tools do not wander into it), holds
 //
 //	snapshots/NAME/...   each snapshot of the volume's file system, read-only
-//	at/T                 a symlink to snapshots/NAME, the newest snapshot
-//	                     taken at or before time T (RFC 3339, or seconds
-//	                     since the epoch): MNT/.plumeria/at/T/path is path
-//	                     as it was at T, as far as snapshots tell
+//	at/T                 on a volume that keeps file versions, the file
+//	                     system as it was at time T (RFC 3339, or seconds
+//	                     since the epoch): each directory's names then, each
+//	                     file's newest version closed by then (timeView);
+//	                     otherwise a symlink to snapshots/NAME, the newest
+//	                     snapshot taken at or before T
 //
 // FS wraps the live file system and serves the same calls the FUSE
 // adapter makes (frontend/fuse.FileSystem), routing each by inode number:
@@ -14,7 +16,7 @@
 //	ino < 1<<32             the live file system, unchanged
 //	1<<32 | k, k < 1<<20    .plumeria (1), .plumeria/snapshots (2), .plumeria/at (3)
 //	1<<32 | 1<<20 + i       the symlink at/T to the i-th snapshot name linked here
-//	(s+2)<<32 | ino         inode ino of the s-th snapshot opened here
+//	(s+2)<<32 | ino         inode ino of the s-th snapshot or view opened here
 //
 // Live inode numbers stay below layout.InodesMax (2^24), so the ranges never
 // meet. Everything under .plumeria is read-only: a change there is
@@ -84,8 +86,29 @@ type FS struct {
 
 type opened struct {
 	name  string
-	fs    *filesys.FS
+	fs    tree
 	close func(context.Context)
+}
+
+// tree is a read-only file system routed to by slot: a snapshot's
+// (*filesys.FS opened read-only) or the live one as it was at a time
+// (timeView). Its calls are those of filesys.FS.
+type tree interface {
+	Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr, error)
+	Getattr(ctx context.Context, ino uint64) (filesys.Attr, error)
+	ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]filesys.DirEntry, bool, error)
+	Readlink(ctx context.Context, ino uint64) (string, error)
+	Open(ctx context.Context, ino, gen uint64) error
+	Hold(ino uint64)
+	Unhold(ctx context.Context, ino uint64)
+	Release(ctx context.Context, ino uint64)
+	Read(ctx context.Context, ino, gen uint64, p []byte, off uint64) (int, error)
+	Fsync(ctx context.Context, ino uint64, dataOnly bool) error
+	Flush(ctx context.Context, ino uint64) error
+	Getxattr(ctx context.Context, ino uint64, name string) ([]byte, error)
+	Listxattr(ctx context.Context, ino uint64) ([]string, error)
+	Getlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock) (filesys.FileLock, error)
+	Setlk(ctx context.Context, ino uint64, owner uint64, lk filesys.FileLock, flock, wait bool) error
 }
 
 // New wraps live; snaps lists and opens the volume's snapshots.
@@ -112,7 +135,7 @@ func (h *FS) CloseSnapshots(ctx context.Context) {
 
 // route says where ino lives: fs and its own inode number there, or a
 // synthetic directory (fs nil).
-func (h *FS) route(ino uint64) (*filesys.FS, uint64, error) {
+func (h *FS) route(ino uint64) (tree, uint64, error) {
 	if ino < liveMax {
 		return h.live, ino, nil
 	}
@@ -234,7 +257,7 @@ func at(snaps []Snapshot, t time.Time) (Snapshot, bool) {
 // snapshot opens (once) snapshot name and returns its slot's file system.
 // A snapshot deleted since it was opened here is closed: the kernel's
 // references to its inodes get ErrStale.
-func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, uint64, error) {
+func (h *FS) snapshot(ctx context.Context, name string) (tree, uint64, error) {
 	snaps, err := h.list(ctx)
 	if err != nil {
 		return nil, 0, err
@@ -246,10 +269,16 @@ func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, uint64, er
 	if fs, b, ok := h.opened(name); ok {
 		return fs, b, nil
 	}
-	fs, closeFn, err := h.snaps.Open(ctx, name)
+	sfs, closeFn, err := h.snaps.Open(ctx, name)
 	if err != nil {
 		return nil, 0, err
 	}
+	return h.install(ctx, name, sfs, closeFn)
+}
+
+// install puts fs in a new slot under name, or returns the one a
+// concurrent call installed meanwhile (closing fs).
+func (h *FS) install(ctx context.Context, name string, fs tree, closeFn func(context.Context)) (tree, uint64, error) {
 	h.mu.Lock()
 	s, ok := h.mu.byName[name] // opened meanwhile by another lookup?
 	full := !ok && len(h.mu.slots) >= snapSlotMax
@@ -274,7 +303,7 @@ func (h *FS) snapshot(ctx context.Context, name string) (*filesys.FS, uint64, er
 }
 
 // opened returns snapshot name's file system and base if it is open here.
-func (h *FS) opened(name string) (*filesys.FS, uint64, bool) {
+func (h *FS) opened(name string) (tree, uint64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s, ok := h.mu.byName[name]
@@ -317,6 +346,20 @@ func (h *FS) Lookup(ctx context.Context, dir uint64, name string) (filesys.Attr,
 		return h.synthAttr(snapsIno), nil
 	case ino == dotIno && name == atName:
 		return h.synthAttr(atIno), nil
+	case ino == atIno && h.live.KeepsVersions():
+		t, err := ParseTime(name)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		if c := h.live.Created(); t.Before(c) {
+			return filesys.Attr{}, fmt.Errorf("%w: %s is before the file system was made (%s)", filesys.ErrInvalid, name, c.UTC().Format(time.RFC3339))
+		}
+		fs, b, err := h.view(ctx, t)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		a, err := fs.Getattr(ctx, filesys.RootIno)
+		return out(b, a, err)
 	case ino == atIno:
 		t, err := ParseTime(name)
 		if err != nil {
@@ -395,6 +438,9 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 		slices.Sort(names)
 		names = slices.Compact(names)
 		mode = syscall.S_IFLNK
+		if h.live.KeepsVersions() {
+			mode = syscall.S_IFDIR // views of the live file system (timeView)
+		}
 	default:
 		snaps, err := h.list(ctx)
 		if err != nil {
@@ -407,7 +453,7 @@ func (h *FS) ReadDir(ctx context.Context, dir uint64, after uint64, max int) ([]
 		h.mu.Lock()
 		var gone []string
 		for name := range h.mu.byName {
-			if _, ok := slices.BinarySearch(names, name); !ok {
+			if _, ok := slices.BinarySearch(names, name); !ok && !strings.HasPrefix(name, "\x00") {
 				gone = append(gone, name)
 			}
 		}
@@ -459,7 +505,29 @@ func (h *FS) CacheFor() time.Duration { return h.live.CacheFor() }
 // UncachedNames reports the directories whose names the kernel must not
 // cache (frontend/fuse.UncachedNames): the list of snapshots changes
 // without any lock telling this node.
-func (h *FS) UncachedNames(dir uint64) bool { return dir == snapsIno || dir == atIno }
+//
+// Nor the names of a view of the past (timeView): one of a time still to
+// come changes as the live file system does.
+func (h *FS) UncachedNames(dir uint64) bool {
+	if dir == snapsIno || dir == atIno {
+		return true
+	}
+	if dir < liveMax || dir>>32 == 1 {
+		return false
+	}
+	fs, _, err := h.route(dir)
+	_, isView := fs.(*timeView)
+	return err == nil && isView
+}
+
+// view opens (once per time) the live file system as it was at t.
+func (h *FS) view(ctx context.Context, t time.Time) (tree, uint64, error) {
+	name := "\x00at " + t.UTC().Format(time.RFC3339Nano) // never a snapshot's name
+	if fs, b, ok := h.opened(name); ok {
+		return fs, b, nil
+	}
+	return h.install(ctx, name, newTimeView(h.live, t), func(context.Context) {})
+}
 
 // list returns the volume's snapshots.
 func (h *FS) list(ctx context.Context) ([]Snapshot, error) {
