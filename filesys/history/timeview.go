@@ -33,7 +33,7 @@ type timeView struct {
 	fixed bool // at is in the past: what the view shows never changes
 
 	mu    sync.Mutex
-	known map[uint64]viewIno            // inode numbers shown: what they were at `at`
+	known map[uint64]viewIno           // inode numbers shown: what they were at `at`
 	names map[viewIno][]filesys.NameAt // directories' names (fixed views only)
 	vers  map[viewIno]versionAt        // files' versions (fixed views only)
 }

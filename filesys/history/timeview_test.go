@@ -19,7 +19,7 @@ import (
 func TestTimeView(t *testing.T) {
 	ctx := context.Background()
 	dev := fstest.NewMemVersionDevice()
-	if _, err := filesys.Format(ctx, dev, false, time.Now()); err != nil {
+	if _, err := filesys.Format(ctx, dev, false, time.Now().Add(-2*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	clock := time.Now().Add(-time.Hour)
