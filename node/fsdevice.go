@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/volume"
@@ -16,7 +17,10 @@ import (
 // fsck and recovery all reach the volume through it.
 type FSDevice struct{ vol *volume.Volume }
 
-var _ filesys.Device = FSDevice{}
+var (
+	_ filesys.Device        = FSDevice{}
+	_ filesys.VersionDevice = FSDevice{}
+)
 
 // NewFSDevice adapts vol, which the caller keeps and closes.
 func NewFSDevice(vol *volume.Volume) FSDevice { return FSDevice{vol: vol} }
@@ -48,6 +52,46 @@ func (d FSDevice) WriteMetaBlocks(ctx context.Context, p []byte, off uint64) err
 // Decommit makes [off, off+n) read as zeros.
 func (d FSDevice) Decommit(ctx context.Context, off, n uint64) error {
 	return deviceError(d.vol.Decommit(ctx, off, n))
+}
+
+// KeepsVersions reports whether the volume keeps file versions
+// (clustermap.Volume.FileVersions, fixed when it is created).
+func (d FSDevice) KeepsVersions() bool { return d.vol.FileVersions() }
+
+// WriteDataVersion writes file bytes at off as file version fver.
+func (d FSDevice) WriteDataVersion(ctx context.Context, p []byte, off uint64, fver uint32) error {
+	return deviceError(d.vol.WriteAtVersion(ctx, p, off, fver))
+}
+
+// ReadAtVersion reads p at off as of file version fver.
+func (d FSDevice) ReadAtVersion(ctx context.Context, p []byte, off uint64, fver uint32) error {
+	return deviceError(d.vol.ReadAtVersion(ctx, p, off, fver))
+}
+
+// DecommitVersion makes [off, off+n) read as zeros from file version fver
+// on; lower versions keep their bytes.
+func (d FSDevice) DecommitVersion(ctx context.Context, off, n uint64, fver uint32) error {
+	return deviceError(d.vol.DecommitVersion(ctx, off, n, fver))
+}
+
+// BlockVersions lists the file versions at which the block at off holds
+// bytes, ascending, each once.
+func (d FSDevice) BlockVersions(ctx context.Context, off uint64) ([]uint32, error) {
+	bvs, err := d.vol.BlockVersions(ctx, off)
+	if err != nil {
+		return nil, deviceError(err)
+	}
+	var out []uint32
+	for _, b := range bvs {
+		if b.Tombstone || b.FileVersion == 0 || b.FileVersion == clustermap.Unversioned {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1] >= b.FileVersion {
+			continue // the same version again, in a later generation
+		}
+		out = append(out, b.FileVersion)
+	}
+	return out, nil
 }
 
 // deviceError maps the volume's errors the file system acts on to its own

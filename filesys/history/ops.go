@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"fmt"
 	"syscall"
 
 	"github.com/plumeria-fs/plumeria/filesys"
@@ -200,12 +201,18 @@ func (h *FS) Getxattr(ctx context.Context, ino uint64, name string) ([]byte, err
 	if fs == nil {
 		return nil, filesys.ErrNoAttr
 	}
+	if name == VersionsXattr {
+		return h.versionsXattr(ctx, fs, in)
+	}
 	return fs.Getxattr(ctx, in, name)
 }
 
 func (h *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
 	if _, err := h.liveIno(ino); err != nil {
 		return err
+	}
+	if name == VersionsXattr {
+		return fmt.Errorf("%w: %s is made by the file system", filesys.ErrNotPermitted, name)
 	}
 	return h.live.Setxattr(ctx, ino, name, value, flags)
 }
@@ -221,6 +228,9 @@ func (h *FS) Listxattr(ctx context.Context, ino uint64) ([]string, error) {
 func (h *FS) Removexattr(ctx context.Context, ino uint64, name string) error {
 	if _, err := h.liveIno(ino); err != nil {
 		return err
+	}
+	if name == VersionsXattr {
+		return fmt.Errorf("%w: %s is made by the file system", filesys.ErrNotPermitted, name)
 	}
 	return h.live.Removexattr(ctx, ino, name)
 }

@@ -140,7 +140,63 @@ func TestTimeView(t *testing.T) {
 	if got := read(now.Ino, "f2"); got != "version two" {
 		t.Fatalf("f2 now: %q", got)
 	}
+	// The versions as `plumeria versions` reads them: of the live file,
+	// and of one deleted since, through the view.
+	b, err := h.Getxattr(ctx, f.Ino, VersionsXattr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := ParseVersions(b)
+	if err != nil || len(vs) != 2 || vs[0].Version != 1 || vs[1].Size != uint64(len("version two")) || vs[1].Node != "a" {
+		t.Fatalf("versions of f2: %+v %v (%q)", vs, err, b)
+	}
+	ga, err := h.Lookup(ctx, da.Ino, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err = h.Getxattr(ctx, ga.Ino, VersionsXattr); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := ParseVersions(b); err != nil || len(vs) != 1 || vs[0].Mode&0o777 != 0o600 {
+		t.Fatalf("versions of the deleted d/g: %+v %v", vs, err)
+	}
+	if err := h.Setxattr(ctx, f.Ino, VersionsXattr, []byte("1"), 0); !errors.Is(err, filesys.ErrNotPermitted) {
+		t.Fatalf("set %s: %v", VersionsXattr, err)
+	}
+	if _, err := h.Getxattr(ctx, filesys.RootIno, VersionsXattr); !errors.Is(err, filesys.ErrNoAttr) {
+		t.Fatalf("versions of a directory: %v", err)
+	}
 	if _, err := h.Lookup(ctx, at.Ino, "1000000000"); !errors.Is(err, filesys.ErrInvalid) {
 		t.Fatalf("a time before the file system: %v", err)
 	}
+}
+
+func TestEncodeVersions(t *testing.T) {
+	var vs []filesys.Version
+	for i := 1; i <= 3000; i++ {
+		vs = append(vs, filesys.Version{FVer: uint32(i), Closed: time.Unix(1800000000, int64(i)), Node: "node \"x\"",
+			Attr: filesys.Attr{Size: uint64(i), Mode: syscall.S_IFREG | 0o640, Uid: 7, Gid: 8, Mtime: time.Unix(1700000000, 5)}})
+	}
+	b := encodeVersions(vs)
+	if len(b) > xattrMax {
+		t.Fatalf("%d bytes", len(b))
+	}
+	got, err := ParseVersions(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got[0].OlderShown || int(got[0].Version)+len(got)-1 != len(vs) {
+		t.Fatalf("first line %+v, %d lines", got[0], len(got))
+	}
+	last := got[len(got)-1]
+	if last.Version != 3000 || last.Size != 3000 || last.Node != `node "x"` || last.Mode != syscall.S_IFREG|0o640 || !last.Closed.Equal(time.Unix(1800000000, 3000)) {
+		t.Fatalf("last %+v", last)
+	}
+}
+
+func FuzzParseVersions(f *testing.F) {
+	f.Add([]byte("# older 3\n4 5 6 100644 0 0 7 \"n\"\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ParseVersions(b) // no panic, no hang
+	})
 }
