@@ -1,6 +1,7 @@
 package timetravel
 
 import (
+	"errors"
 	"strings"
 	"syscall"
 
@@ -40,4 +41,20 @@ func copyXattrs(src, dst string) {
 // utimesNoFollow sets the access and modification times of path itself.
 func utimesNoFollow(path string, ts []syscall.Timespec) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, path, []unix.Timespec{unix.Timespec(ts[0]), unix.Timespec(ts[1])}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// getxattr reads extended attribute name of path (not following a final
+// symlink).
+func getxattr(path, name string) ([]byte, error) {
+	for size := 4096; ; size *= 2 {
+		b := make([]byte, size)
+		n, err := unix.Lgetxattr(path, name, b)
+		if errors.Is(err, syscall.ERANGE) && size < 1<<20 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return b[:n], nil
+	}
 }

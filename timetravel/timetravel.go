@@ -191,11 +191,45 @@ func (m Mount) Versions() ([]Version, error) {
 	return out, nil
 }
 
-// Source returns the path of m's path as it was at t, and the snapshot it
-// comes from. Errors say whether no snapshot is that old or the path did
-// not exist then.
+// FileVersions lists the versions of the file at m's path (closes of it
+// that changed it), oldest first; at, if not zero, takes the file that
+// path named at that time (one deleted or renamed since). ok is false when
+// the volume keeps no file versions or the path is not a regular file.
+func (m Mount) FileVersions(at time.Time) (vs []history.FileVersion, ok bool, err error) {
+	p := filepath.Join(m.Root, m.Rel)
+	if !at.IsZero() {
+		p = filepath.Join(m.Root, history.Name, "at", at.UTC().Format(time.RFC3339Nano), m.Rel)
+	}
+	b, err := getxattr(p, history.VersionsXattr)
+	switch {
+	case errors.Is(err, syscall.ENODATA) || errors.Is(err, syscall.ENOTSUP):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	vs, err = history.ParseVersions(b)
+	return vs, err == nil, err
+}
+
+// Source returns the path of m's path as it was at t, and where it comes
+// from: a snapshot's name, or "file versions" on a volume that keeps them.
+// Errors say whether no snapshot is that old or the path did not exist
+// then.
 func (m Mount) Source(t time.Time) (string, string, error) {
-	target, err := os.Readlink(filepath.Join(m.Root, history.Name, "at", t.UTC().Format(time.RFC3339Nano)))
+	at := filepath.Join(m.Root, history.Name, "at", t.UTC().Format(time.RFC3339Nano))
+	if fi, err := os.Lstat(at); err == nil && fi.IsDir() {
+		src := filepath.Join(at, m.Rel)
+		if _, err := os.Lstat(src); err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+				return "", "", fmt.Errorf("%s did not exist at %s", m.Rel, t.UTC().Format(time.RFC3339Nano))
+			}
+			return "", "", err
+		}
+		return src, "file versions", nil
+	} else if errors.Is(err, syscall.EINVAL) {
+		return "", "", fmt.Errorf("%s is before the file system was made", t.UTC().Format(time.RFC3339))
+	}
+	target, err := os.Readlink(at)
 	if errors.Is(err, fs.ErrNotExist) {
 		snaps, _ := m.Snapshots()
 		oldest := "none"

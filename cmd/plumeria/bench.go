@@ -153,7 +153,7 @@ func timed(what string, fn func() ([]fsbench.Result, error)) ([]fsbench.Result, 
 // benchVolume creates volume name with n replicas, runs the block
 // workloads on it, and decommits what they wrote.
 func benchVolume(ctx context.Context, cl *coordclient.Client, name string, n uint32, cfg fsbench.Config) ([]fsbench.Result, error) {
-	if _, err := ensureVolume(ctx, cl, name, n); err != nil {
+	if _, err := ensureVolume(ctx, cl, name, n, false); err != nil {
 		return nil, fmt.Errorf("create: %s", coordclient.ErrorMessage(err))
 	}
 	v, err := volume.Open(ctx, cl, name, volume.Options{})

@@ -23,7 +23,7 @@ import (
 
 func formatCmd() *cobra.Command {
 	var name string
-	var force bool
+	var force, fileVersions bool
 	var replicas uint32
 	c := &cobra.Command{
 		Use:     "format --coord ADDR --volume NAME",
@@ -35,6 +35,7 @@ func formatCmd() *cobra.Command {
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().BoolVar(&force, "force", false, "erase an existing file system (no node may have it mounted)")
 	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk when the volume is created")
+	c.Flags().BoolVar(&fileVersions, "file-versions", false, "when the volume is created: keep a version of each file at every close that changed it (MNT/.plumeria/at/T, plumeria versions)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if name == "" {
 			return fmt.Errorf("--volume is required")
@@ -44,17 +45,17 @@ func formatCmd() *cobra.Command {
 			return err
 		}
 		defer cl.Close()
-		return formatVolume(cmd.Context(), cl, name, replicas, force, os.Stdout)
+		return formatVolume(cmd.Context(), cl, name, replicas, fileVersions, force, os.Stdout)
 	}
 	return c
 }
 
 // formatVolume creates volume name unless it exists and formats it.
-func formatVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32, force bool, out *os.File) error {
+func formatVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32, fileVersions, force bool, out *os.File) error {
 	if replicas < 1 {
 		return fmt.Errorf("--replicas must be at least 1")
 	}
-	if _, err := ensureVolume(ctx, cl, name, replicas); err != nil {
+	if _, err := ensureVolume(ctx, cl, name, replicas, fileVersions); err != nil {
 		return fmt.Errorf("create volume %s: %s", name, coordclient.ErrorMessage(err))
 	}
 	vol, err := volume.Open(ctx, cl, name, volume.Options{Writer: "format"})

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -14,39 +16,82 @@ import (
 )
 
 func versionsCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "versions PATH",
-		Short: "List the states a file or directory had in the volume's snapshots, and now",
-		Long: `versions reads PATH's past through its mount (MNT/.plumeria): one line per
-state, with the snapshots that hold it (oldest first), then the live one.
-A path that did not exist in some snapshots (made later, or deleted then)
-shows gaps. Versions are as fine as the snapshots: take them by hand
-(plumeria snapshot create) or on a schedule (plumeria snapshot schedule).`,
-		Example: "  plumeria versions /mnt/plumeria/home/report.txt",
+	var at string
+	c := &cobra.Command{
+		Use:   "versions PATH [--at TIME]",
+		Short: "List a file's versions (each close that changed it) and the states it had in the volume's snapshots",
+		Long: `versions reads PATH's past through its mount (MNT/.plumeria). On a volume
+that keeps file versions (plumeria volume create --file-versions, plumeria
+up --file-versions), each close of a file that changed it made a version:
+one line each, oldest first, with when it was closed, its size and the node
+that closed it. With --at, the file PATH named at that time is listed (one
+deleted or renamed since). Then, if the volume has snapshots, one line per
+state PATH had in them, with the snapshots that hold it, and the live one.
+restore --at CLOSED brings a version back.`,
+		Example: "  plumeria versions /mnt/plumeria/home/report.txt\n  plumeria versions /mnt/plumeria/home/old.txt --at 2026-11-25T10:00:00Z",
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			m, err := timetravel.Find(args[0])
-			if err != nil {
-				return err
+	}
+	c.Flags().StringVar(&at, "at", "", "list the file PATH named at this time (RFC 3339 or seconds since the epoch)")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		var t time.Time
+		if at != "" {
+			var err error
+			if t, err = history.ParseTime(at); err != nil {
+				return fmt.Errorf("--at %q is not a time: give RFC 3339 (2026-11-25T10:00:00Z) or seconds since the epoch", at)
 			}
-			vs, err := m.Versions()
-			if err != nil {
-				return fmt.Errorf("versions of %s: %w", args[0], err)
-			}
-			if len(vs) == 0 {
-				return fmt.Errorf("%s is in no snapshot and does not exist now", args[0])
-			}
-			fmt.Printf("%-22s %-22s %-11s %12s  %s\n", "FROM", "TO", "TYPE", "SIZE", "MODIFIED")
-			for _, v := range vs {
-				from, to := "now", ""
-				if !v.Live {
-					from, to = label(v.First), label(v.Last)
+		}
+		m, err := timetravel.Find(args[0])
+		if err != nil {
+			return err
+		}
+		fvs, kept, err := m.FileVersions(t)
+		if err != nil && !(at == "" && errors.Is(err, fs.ErrNotExist)) {
+			return fmt.Errorf("versions of %s: %w", args[0], err)
+		}
+		if kept {
+			fmt.Printf("%-8s %-30s %12s %-11s %s\n", "VERSION", "CLOSED", "SIZE", "MODE", "NODE")
+			for _, v := range fvs {
+				if v.OlderShown {
+					fmt.Printf("(%d older versions not shown)\n", v.Version)
+					continue
 				}
-				fmt.Printf("%-22s %-22s %-11s %12d  %s\n", from, to, v.Mode.String(), v.Size, v.Mtime.UTC().Format(time.RFC3339))
+				fmt.Printf("%-8d %-30s %12d %-11s %s\n", v.Version, v.Closed.UTC().Format(time.RFC3339Nano), v.Size,
+					fs.FileMode(v.Mode&0o777).String(), v.Node)
+			}
+			if len(fvs) == 0 {
+				fmt.Println("(no version yet: a version is made when the file is closed after a change)")
+			}
+		}
+		if at != "" {
+			if !kept {
+				return fmt.Errorf("%s at %s: no file versions (the volume keeps none, or it was not a regular file)", args[0], at)
 			}
 			return nil
-		},
+		}
+		vs, err := m.Versions()
+		if err != nil {
+			return fmt.Errorf("versions of %s: %w", args[0], err)
+		}
+		if len(vs) == 0 && !kept {
+			return fmt.Errorf("%s is in no snapshot and does not exist now (a deleted file: plumeria versions %s --at TIME)", args[0], args[0])
+		}
+		if kept && len(vs) <= 1 {
+			return nil // no snapshots: the live state is the newest version
+		}
+		if kept {
+			fmt.Println()
+		}
+		fmt.Printf("%-22s %-22s %-11s %12s  %s\n", "FROM", "TO", "TYPE", "SIZE", "MODIFIED")
+		for _, v := range vs {
+			from, to := "now", ""
+			if !v.Live {
+				from, to = label(v.First), label(v.Last)
+			}
+			fmt.Printf("%-22s %-22s %-11s %12d  %s\n", from, to, v.Mode.String(), v.Size, v.Mtime.UTC().Format(time.RFC3339))
+		}
+		return nil
 	}
+	return c
 }
 
 // label names a snapshot by its time (what .plumeria/at and restore --at
@@ -63,8 +108,9 @@ func restoreCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "restore PATH --at TIME [--to DEST]",
 		Short: "Bring back a file or directory as it was at a past time (undelete)",
-		Long: `restore copies PATH as it was at TIME (the newest snapshot taken at or
-before it) back into the live file system: over PATH (a file or symlink is
+		Long: `restore copies PATH as it was at TIME (on a volume that keeps file versions,
+each file's newest version closed by then; otherwise the newest snapshot
+taken at or before it) back into the live file system: over PATH (a file or symlink is
 replaced; a directory is restored only where nothing is), or to DEST with
 --to. The copy is written under a temporary name, fsync'd, then renamed into
 place, so a crash leaves either the old state or the restored one. TIME is
@@ -110,12 +156,16 @@ versions PATH lists the times that hold PATH.`,
 			}
 		}
 		if err := timetravel.Restore(src, dst, progress); err != nil {
-			return fmt.Errorf("restore %s from snapshot %s: %w", args[0], snap, err)
+			return fmt.Errorf("restore %s from %s: %w", args[0], snap, err)
 		}
 		if bar != nil {
 			bar.Finish()
 		}
-		fmt.Fprintf(os.Stdout, "restored %s as it was at %s (snapshot %s) to %s\n", m.Rel, t.UTC().Format(time.RFC3339), snap, dst)
+		from := "snapshot " + snap
+		if snap == "file versions" {
+			from = snap
+		}
+		fmt.Fprintf(os.Stdout, "restored %s as it was at %s (%s) to %s\n", m.Rel, t.UTC().Format(time.RFC3339Nano), from, dst)
 		return nil
 	}
 	return c

@@ -64,9 +64,9 @@ func (lc *localCluster) stop() {
 	}
 }
 
-// ensureVolume creates a volume with replicas copies unless it exists, and
-// returns the copies it has.
-func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32) (uint32, error) {
+// ensureVolume creates a volume with replicas copies (keeping file versions
+// if fileVersions) unless it exists, and returns the copies it has.
+func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, replicas uint32, fileVersions bool) (uint32, error) {
 	m, err := cl.Map(ctx, 0)
 	if err != nil {
 		return 0, err
@@ -75,7 +75,7 @@ func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 		return uint32(v.Replicas), nil
 	}
 	return replicas, cl.Call(ctx, func(ctx context.Context, c pb.CoordinatorClient) error {
-		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: replicas, AllowSameDomain: true})
+		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: replicas, AllowSameDomain: true, FileVersions: fileVersions})
 		return err
 	})
 }
@@ -84,6 +84,7 @@ func upCmd() *cobra.Command {
 	var dir, mnt, httpAddr string
 	var port int
 	var replicas uint32
+	var fileVersions bool
 	c := &cobra.Command{
 		Use:   "up [--dir DIR] [--mount MNT]",
 		Short: "Run an all-in-one cluster on this machine (coordinator + lock server + 3 bricks), mounted; Ctrl-C unmounts and stops it",
@@ -94,6 +95,7 @@ func upCmd() *cobra.Command {
 	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
 	c.Flags().StringVar(&httpAddr, "http", "", `HOST:PORT of the web dashboard and /metrics (default 127.0.0.1:<port+9>; "none" for neither)`)
 	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk of the volume, 1 to 3 (when the volume is created: an existing DIR keeps its own)")
+	c.Flags().BoolVar(&fileVersions, "file-versions", false, "keep a version of each file at every close that changed it, and directories' name histories (MNT/.plumeria/at/T; when the volume is created). Old versions' space is not given back yet")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if replicas < 1 || replicas > 3 {
 			return fmt.Errorf("up: --replicas %d: the cluster has 3 bricks, give 1, 2 or 3", replicas)
@@ -118,7 +120,7 @@ func upCmd() *cobra.Command {
 			return err
 		}
 		defer cl.Close()
-		have, err := ensureVolume(cmd.Context(), cl, "default", replicas)
+		have, err := ensureVolume(cmd.Context(), cl, "default", replicas, fileVersions)
 		if err != nil {
 			return fmt.Errorf("up: create volume: %s", coordclient.ErrorMessage(err))
 		}
@@ -155,7 +157,7 @@ func upCmd() *cobra.Command {
 
 // ensureFormatted formats volume name the first time.
 func ensureFormatted(ctx context.Context, cl *coordclient.Client, name string) error {
-	err := formatVolume(ctx, cl, name, 3, false, nil)
+	err := formatVolume(ctx, cl, name, 3, false, false, nil)
 	if errors.Is(err, filesys.ErrFormatted) {
 		return nil
 	}
