@@ -63,22 +63,43 @@ const skewMax = time.Minute
 
 // NamesAt returns directory dino's names at time t, sorted, for the
 // directory of generation dgen (a directory removed since, or whose number
-// was reused, had no names when it was removed). It reads the log back
-// from its end to skewMax before t.
-func (fs *FS) NamesAt(ctx context.Context, dino, dgen uint64, t time.Time) ([]NameAt, error) {
+// was reused, had no names when it was removed), and the length of its
+// name log when they were read (NameLogLen tells whether any name changed
+// since: an entry with Gen 0 is the same file as long as it did not). It
+// reads the log back from its end to skewMax before t.
+func (fs *FS) NamesAt(ctx context.Context, dino, dgen uint64, t time.Time) ([]NameAt, uint64, error) {
 	if fs.vdev == nil {
-		return nil, ErrNoVersions
+		return nil, 0, ErrNoVersions
 	}
 	h, err := fs.acquire(ctx, r(inodeLock(dino)))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer h.release()
 	tx := fs.newTx(ctx)
 	din, err := tx.anyInode(dino)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
+	names, err := fs.namesAt(tx, dino, dgen, din, t)
+	return names, din.NLog, err
+}
+
+// NameLogLen returns the length of inode number dino's name log.
+func (fs *FS) NameLogLen(ctx context.Context, dino uint64) (uint64, error) {
+	h, err := fs.acquire(ctx, r(inodeLock(dino)))
+	if err != nil {
+		return 0, err
+	}
+	defer h.release()
+	in, err := fs.newTx(ctx).anyInode(dino)
+	if err != nil {
+		return 0, err
+	}
+	return in.NLog, nil
+}
+
+func (fs *FS) namesAt(tx *tx, dino, dgen uint64, din *layout.Inode, t time.Time) ([]NameAt, error) {
 	names := map[string]NameAt{}
 	if !din.Free() && din.Gen == dgen {
 		if !isDir(din) {

@@ -299,7 +299,7 @@ func TestNamesAt(t *testing.T) {
 	}
 	names := func(dino, dgen uint64, at time.Time) string {
 		t.Helper()
-		ns, err := fs.NamesAt(ctx, dino, dgen, at)
+		ns, _, err := fs.NamesAt(ctx, dino, dgen, at)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,7 +324,7 @@ func TestNamesAt(t *testing.T) {
 	if got := names(d.Ino, d.Gen, t4); got != "" {
 		t.Fatalf("removed directory now: %q", got)
 	}
-	if _, err := fs.NamesAt(ctx, RootIno, root.Gen, time.Unix(0, 0)); err != nil {
+	if _, _, err := fs.NamesAt(ctx, RootIno, root.Gen, time.Unix(0, 0)); err != nil {
 		t.Fatal(err)
 	}
 }

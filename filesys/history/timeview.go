@@ -3,6 +3,8 @@ package history
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,8 +36,13 @@ type timeView struct {
 
 	mu    sync.Mutex
 	known map[uint64]viewIno           // inode numbers shown: what they were at `at`
-	names map[viewIno][]filesys.NameAt // directories' names (fixed views only)
+	names map[viewIno]dirNames // directories' names (fixed views only)
 	vers  map[viewIno]versionAt        // files' versions (fixed views only)
+}
+
+type dirNames struct {
+	names []filesys.NameAt
+	nlog  uint64 // the directory's name log length when they were read
 }
 
 type versionAt struct {
@@ -54,7 +61,7 @@ const namesCacheMax = 256
 func newTimeView(live *filesys.FS, at time.Time) *timeView {
 	return &timeView{live: live, at: at, fixed: at.Before(time.Now()),
 		known: map[uint64]viewIno{filesys.RootIno: {ino: filesys.RootIno, typ: syscall.S_IFDIR >> 12}},
-		names: map[viewIno][]filesys.NameAt{}, vers: map[viewIno]versionAt{}}
+		names: map[viewIno]dirNames{}, vers: map[viewIno]versionAt{}}
 }
 
 // version returns file vi's newest version closed at or before v.at.
@@ -112,41 +119,40 @@ func (v *timeView) current(ctx context.Context, vi viewIno) (filesys.Attr, bool,
 	return a, vi.gen == 0 || a.Gen == vi.gen, nil
 }
 
-// dirNames returns directory vi's names at v.at.
-func (v *timeView) dirNames(ctx context.Context, vi viewIno) ([]filesys.NameAt, error) {
+// dirNames returns directory vi's names at v.at. An entry of Gen 0 is the
+// file there when they were read: nlog tells whether that is still so.
+func (v *timeView) dirNames(ctx context.Context, vi viewIno) (dirNames, error) {
 	if vi.typ != syscall.S_IFDIR>>12 {
-		return nil, filesys.ErrNotDir
+		return dirNames{}, filesys.ErrNotDir
 	}
 	v.mu.Lock()
-	ns, ok := v.names[vi]
+	dn, ok := v.names[vi]
 	v.mu.Unlock()
 	if ok {
-		return ns, nil
+		return dn, nil
 	}
 	gen := vi.gen
-	if gen == 0 {
-		a, ok, err := v.current(ctx, vi)
+	if gen == 0 { // the root
+		a, err := v.live.Getattr(ctx, vi.ino)
 		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, filesys.ErrStale
+			return dirNames{}, err
 		}
 		gen = a.Gen
 	}
-	ns, err := v.live.NamesAt(ctx, vi.ino, gen, v.at)
+	ns, nlog, err := v.live.NamesAt(ctx, vi.ino, gen, v.at)
 	if err != nil {
-		return nil, err
+		return dirNames{}, err
 	}
+	dn = dirNames{ns, nlog}
 	if v.fixed {
 		v.mu.Lock()
 		if len(v.names) >= namesCacheMax {
 			clear(v.names)
 		}
-		v.names[vi] = ns
+		v.names[vi] = dn
 		v.mu.Unlock()
 	}
-	return ns, nil
+	return dn, nil
 }
 
 // attr returns what vi was at v.at.
@@ -206,22 +212,49 @@ func (v *timeView) Lookup(ctx context.Context, dir uint64, name string) (filesys
 	if err != nil {
 		return filesys.Attr{}, err
 	}
-	ns, err := v.dirNames(ctx, dvi)
-	if err != nil {
-		return filesys.Attr{}, err
-	}
-	for _, n := range ns {
-		if n.Name == name {
-			vi := viewIno{ino: n.Ino, gen: n.Gen, typ: n.Type}
-			a, err := v.attr(ctx, vi)
+	for try := 0; ; try++ {
+		dn, err := v.dirNames(ctx, dvi)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		i, found := slices.BinarySearchFunc(dn.names, name, func(n filesys.NameAt, name string) int { return strings.Compare(n.Name, name) })
+		if !found {
+			return filesys.Attr{}, filesys.ErrNotFound
+		}
+		n := dn.names[i]
+		vi := viewIno{ino: n.Ino, gen: n.Gen, typ: n.Type}
+		if vi.gen == 0 {
+			// The file there when the names were read: which one it is
+			// (its generation) is what the inode has now if the
+			// directory's names did not change since (every change of
+			// them lengthens its name log).
+			a, aerr := v.live.Getattr(ctx, vi.ino)
+			nlog, err := v.live.NameLogLen(ctx, dvi.ino)
 			if err != nil {
 				return filesys.Attr{}, err
 			}
-			v.learn(vi)
-			return a, nil
+			if aerr != nil || nlog != dn.nlog {
+				if try < 3 {
+					v.forgetNames(dvi) // changed since: read the names again
+					continue
+				}
+				return filesys.Attr{}, errors.Join(aerr, filesys.ErrNotFound)
+			}
+			vi.gen = a.Gen
 		}
+		a, err := v.attr(ctx, vi)
+		if err != nil {
+			return filesys.Attr{}, err
+		}
+		v.learn(vi)
+		return a, nil
 	}
-	return filesys.Attr{}, filesys.ErrNotFound
+}
+
+func (v *timeView) forgetNames(vi viewIno) {
+	v.mu.Lock()
+	delete(v.names, vi)
+	v.mu.Unlock()
 }
 
 func (v *timeView) Getattr(ctx context.Context, ino uint64) (filesys.Attr, error) {
@@ -237,10 +270,11 @@ func (v *timeView) ReadDir(ctx context.Context, dir uint64, after uint64, max in
 	if err != nil {
 		return nil, false, err
 	}
-	ns, err := v.dirNames(ctx, dvi)
+	dn, err := v.dirNames(ctx, dvi)
 	if err != nil {
 		return nil, false, err
 	}
+	ns := dn.names
 	var ents []filesys.DirEntry
 	i := int(after)
 	for ; i < len(ns) && len(ents) < max; i++ {

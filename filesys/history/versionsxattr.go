@@ -20,7 +20,9 @@ import (
 //
 //	VERSION CLOSED_NS SIZE MODE_OCTAL UID GID MTIME_NS NODE
 //
-// (NODE quoted as Go does). It is never listed and cannot be set. A file
+// (NODE quoted as Go does). VERSION counts the file's versions from 1 (the
+// numbers the file system keeps go on from an earlier file of the same
+// inode number). It is never listed and cannot be set. A file
 // with more versions than 64 KiB of lines holds shows its newest, after a
 // first line "# older N" counting those left out.
 const VersionsXattr = "user.plumeria.versions"
@@ -44,7 +46,7 @@ type FileVersion struct {
 func encodeVersions(vs []filesys.Version) []byte {
 	lines := make([]string, len(vs))
 	for i, v := range vs {
-		lines[i] = fmt.Sprintf("%d %d %d %o %d %d %d %s\n", v.FVer, v.Closed.UnixNano(), v.Attr.Size, v.Attr.Mode,
+		lines[i] = fmt.Sprintf("%d %d %d %o %d %d %d %s\n", i+1, v.Closed.UnixNano(), v.Attr.Size, v.Attr.Mode,
 			v.Attr.Uid, v.Attr.Gid, v.Attr.Mtime.UnixNano(), strconv.Quote(v.Node))
 	}
 	n, first := 0, len(lines)

@@ -34,6 +34,12 @@ func fsReady(t *testing.T) {
 // bricks (with brickArgs added to their command lines), and formats volume
 // "fs" (2 replicas).
 func newFSCluster(t *testing.T, brickArgs ...string) *cluster {
+	return startFSCluster(t, nil, brickArgs...)
+}
+
+// startFSCluster is newFSCluster with more arguments for plumeria format
+// (e.g. --file-versions).
+func startFSCluster(t *testing.T, formatArgs []string, brickArgs ...string) *cluster {
 	fsReady(t)
 	c := newCluster(t)
 	p := c.newProc("c1")
@@ -52,7 +58,7 @@ func newFSCluster(t *testing.T, brickArgs ...string) *cluster {
 		}
 		return up == 3 && len(st.LockServers) == 1, fmt.Sprintf("%d bricks up, %d lock servers", up, len(st.LockServers))
 	})
-	c.cli("format", c.coordArg(), "--volume", "fs", "--replicas", "2")
+	c.cli(append([]string{"format", c.coordArg(), "--volume", "fs", "--replicas", "2"}, formatArgs...)...)
 	return c
 }
 
