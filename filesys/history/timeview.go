@@ -35,9 +35,9 @@ type timeView struct {
 	fixed bool // at is in the past: what the view shows never changes
 
 	mu    sync.Mutex
-	known map[uint64]viewIno           // inode numbers shown: what they were at `at`
-	names map[viewIno]dirNames // directories' names (fixed views only)
-	vers  map[viewIno]versionAt        // files' versions (fixed views only)
+	known map[uint64]viewIno    // inode numbers shown: what they were at `at`
+	names map[viewIno]dirNames  // directories' names (fixed views only)
+	vers  map[viewIno]versionAt // files' versions (fixed views only)
 }
 
 type dirNames struct {
