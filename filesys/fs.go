@@ -135,6 +135,10 @@ type Config struct {
 	// gives up a lock whose changes are only in its log). Nil: the session
 	// ends when its lease runs out or the node remounts.
 	OnFail func(err error)
+	// CleanInterval is how often the node tries a pass of the version
+	// cleaner (cleaner.go) on a volume that keeps file versions: 0
+	// CleanInterval, below 0 never.
+	CleanInterval time.Duration
 }
 
 // FS is one node's file system. Safe for concurrent use.
@@ -270,6 +274,19 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	fs.flusher.Add(2)
 	go fs.janitorLoop()
 	go fs.freerLoop()
+	if fs.vdev != nil && cfg.CleanInterval >= 0 {
+		interval := cfg.CleanInterval
+		if interval == 0 {
+			interval = CleanInterval
+		}
+		fs.flusher.Add(1)
+		go func() {
+			defer fs.flusher.Done()
+			ctx, cancel := fs.untilStop(context.Background())
+			defer cancel()
+			fs.CleanLoop(ctx, interval)
+		}()
+	}
 	return fs, nil
 }
 

@@ -11,7 +11,8 @@ import (
 // Retention says which versions of a file the cleaner keeps (Mammoth
 // §2.6): every version closed within All of now, the newest of each hour
 // within Hourly, the newest of each day (UTC) within Daily. None keeps no
-// version (a scratch directory); Forever keeps all. A directory's policy
+// version (a scratch directory) but the newest of a file that still
+// exists (what it reads now, unless changed since); Forever keeps all. A directory's policy
 // is the extended attribute RetentionXattr, inherited by everything below
 // it that has none of its own; the root's default is DefaultRetention.
 type Retention struct {

@@ -328,3 +328,113 @@ func TestNamesAt(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCleaner: a pass drops the versions the policies no longer keep, of
+// live files and of deleted ones, and keeps what they keep; a directory's
+// policy holds for what is below it; a bad policy is refused.
+func TestCleaner(t *testing.T) {
+	ctx := context.Background()
+	dev := versionedDevice(t)
+	clock := time.Now().Add(-48 * time.Hour)
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1,
+		Now: func() time.Time { return clock }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	c := Caller{}
+	scratch, err := fs.Mkdir(ctx, RootIno, "scratch", 0o755, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Setxattr(ctx, scratch.Ino, RetentionXattr, []byte("none"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Setxattr(ctx, scratch.Ino, RetentionXattr, []byte("keep=everything"), 0); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a policy that makes no sense: %v", err)
+	}
+	keepAll, err := fs.Mkdir(ctx, RootIno, "keep", 0o755, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Setxattr(ctx, keepAll.Ino, RetentionXattr, []byte("forever"), 0); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := fs.Mkdir(ctx, keepAll.Ino, "sub", 0o755, c) // inherits forever
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]Attr{}
+	for _, p := range []struct {
+		dir  uint64
+		name string
+	}{{RootIno, "r"}, {scratch.Ino, "s"}, {sub.Ino, "k"}, {RootIno, "gone"}} {
+		a, err := fs.Create(ctx, p.dir, p.name, 0o644, c, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[p.name] = a
+	}
+	// Ten versions of each, one every 3 hours (48 h ago up to 21 h ago).
+	for i := 0; i < 10; i++ {
+		for _, a := range files {
+			if _, err := fs.Write(ctx, a.Ino, 0, bytes.Repeat([]byte{byte('a' + i)}, 5000), 0, false); err != nil {
+				t.Fatal(err)
+			}
+			if err := fs.Flush(ctx, a.Ino); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clock = clock.Add(3 * time.Hour)
+	}
+	if err := fs.Unlink(ctx, RootIno, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	clock = time.Now()
+	st, err := fs.CleanVersions(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(ino, gen uint64) int {
+		vs, err := fs.VersionsOf(ctx, ino, gen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(vs)
+	}
+	// Default policy (root): daily ones for 30 days: the newest of each of
+	// the 2-3 UTC days the versions span; scratch: none; keep: all 10.
+	if n := count(files["r"].Ino, 0); n < 2 || n > 3 {
+		t.Fatalf("r keeps %d versions", n)
+	}
+	if n := count(files["s"].Ino, 0); n != 1 { // the newest: what the file reads now
+		t.Fatalf("scratch/s keeps %d versions", n)
+	}
+	if n := count(files["k"].Ino, 0); n != 10 {
+		t.Fatalf("keep/sub/k keeps %d versions", n)
+	}
+	if n := count(files["gone"].Ino, files["gone"].Gen); n < 2 || n > 3 {
+		t.Fatalf("the deleted file keeps %d versions", n)
+	}
+	if st.Dropped < 7+9+7 || st.Files != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	// What is kept still reads; the live files are whole.
+	b := make([]byte, 5000)
+	for name, a := range files {
+		if name == "gone" {
+			continue
+		}
+		if n, err := fs.Read(ctx, a.Ino, 0, b, 0); err != nil || n != 5000 || b[0] != 'j' {
+			t.Fatalf("%s now: %d %v %q", name, n, err, b[0])
+		}
+	}
+	vs, _ := fs.Versions(ctx, files["k"].Ino)
+	if n, err := fs.ReadVersion(ctx, files["k"].Ino, vs[0], b, 0); err != nil || n != 5000 || b[4999] != 'a' {
+		t.Fatalf("k's first version: %d %v", n, err)
+	}
+	// A second pass drops nothing more.
+	if st, err := fs.CleanVersions(ctx, nil); err != nil || st.Dropped != 0 {
+		t.Fatalf("second pass: %+v %v", st, err)
+	}
+}

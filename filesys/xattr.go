@@ -77,6 +77,11 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 	if len(value) > XattrValueBytesMax {
 		return fmt.Errorf("%w: attribute value of %d bytes", ErrAttrTooBig, len(value))
 	}
+	if name == RetentionXattr {
+		if _, err := ParseRetention(string(value)); err != nil {
+			return err
+		}
+	}
 	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
 		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
 		switch {

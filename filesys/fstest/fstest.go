@@ -87,6 +87,37 @@ func (d *MemDevice) BlockVersions(ctx context.Context, off uint64) ([]uint32, er
 	return out, nil
 }
 
+// PruneVersions drops, in [off, off+n), every block entry of a version
+// below below that neither the newest entry (the live volume) nor a
+// version in keep (its newest entry at or below) reads.
+func (d *MemDevice) PruneVersions(ctx context.Context, off, n uint64, keep []uint32, below uint32) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes++
+	for blk, es := range d.hist {
+		if blk*4096 < off || blk*4096 >= off+n || len(es) == 0 {
+			continue
+		}
+		read := map[int]bool{len(es) - 1: true}
+		for _, k := range keep {
+			for j := len(es) - 1; j >= 0; j-- {
+				if es[j].fver <= k {
+					read[j] = true
+					break
+				}
+			}
+		}
+		var out []memEntry
+		for j, e := range es {
+			if read[j] || e.fver >= below {
+				out = append(out, e)
+			}
+		}
+		d.hist[blk] = out
+	}
+	return nil
+}
+
 // record adds blk's entry at fver (the caller holds d.mu): it replaces an
 // entry of the same version; a lower version than the newest is refused,
 // as the file system never writes one.
