@@ -16,7 +16,7 @@ import (
 // is the extended attribute RetentionXattr, inherited by everything below
 // it that has none of its own; the root's default is DefaultRetention.
 type Retention struct {
-	None, Forever       bool
+	None, Forever      bool
 	All, Hourly, Daily time.Duration
 }
 
