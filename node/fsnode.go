@@ -45,6 +45,9 @@ type FSNodeOptions struct {
 	// clerk and the file system; nil means prometheus.DefaultRegisterer,
 	// which the process's /metrics serves.
 	Registerer prometheus.Registerer
+	// CleanInterval: filesys.Config.CleanInterval (below 0: no cleaner
+	// passes of its own).
+	CleanInterval time.Duration
 }
 
 // MountFS starts an fs node of volume name as clerk id.
@@ -122,7 +125,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: NewFSDevice(vol), Locker: n.clerk, Table: name, ID: id, Session: session,
 		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
-		OnFail: n.endSession})
+		OnFail: n.endSession, CleanInterval: opts.CleanInterval})
 	if err != nil {
 		return fail(fmt.Errorf("mount volume %s: %w", name, err))
 	}
