@@ -67,9 +67,8 @@ func (r Reader) String() string {
 //   - Entries above live (none exist at a primary) are not touched.
 //
 // Retention of file versions (dropping the versions the file system no
-// longer wants) would plug in as more readers: this function keeps what
-// the readers it is given read, so a caller would pass, per block range,
-// the version readers it keeps instead of every version present.
+// longer wants) is RetainedSurvivors (retain.go): the same readers, but
+// below a bound only the version readers of the versions kept.
 func FileVersionSurvivors(gens []uint64, tomb []bool, snaps []uint64, live uint64) []bool {
 	if len(tomb) != len(gens) {
 		panic(fmt.Sprintf("store: FileVersionSurvivors: %d gens, %d tombstone flags", len(gens), len(tomb)))
@@ -142,5 +141,5 @@ func FileVersionSurvivors(gens []uint64, tomb []bool, snaps []uint64, live uint6
 // versions of a block that stay are FileVersionSurvivors', so deleting a
 // snapshot never drops a file version.
 func (s *Store) PruneFileVersions(ctx context.Context, vol, blockLo, blockHi uint64, snaps []uint64, live uint64, remove func(context.Context, []Op) error) (PruneStats, error) {
-	return s.prune(ctx, vol, blockLo, blockHi, snaps, live, FileVersionSurvivors, remove)
+	return s.prune(ctx, vol, blockLo, blockHi, nil, snaps, live, FileVersionSurvivors, remove)
 }

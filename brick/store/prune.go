@@ -90,12 +90,13 @@ func (p *PruneStats) add(q PruneStats) {
 // already gone does nothing, so a prune stopped by an error or a crash is
 // simply run again. Errors: remove's, ctx's, ErrClosed, I/O.
 func (s *Store) Prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps []uint64, live uint64, remove func(context.Context, []Op) error) (PruneStats, error) {
-	return s.prune(ctx, vol, blockLo, blockHi, snaps, live, Survivors, remove)
+	return s.prune(ctx, vol, blockLo, blockHi, nil, snaps, live, Survivors, remove)
 }
 
 // prune is Prune with the rule that decides which versions of a block
-// stay (Survivors, or FileVersionSurvivors).
-func (s *Store) prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps []uint64, live uint64,
+// stay (Survivors, FileVersionSurvivors, retainedSurvivors), over the
+// blocks in reports true (nil: all of them).
+func (s *Store) prune(ctx context.Context, vol, blockLo, blockHi uint64, in func(block uint64) bool, snaps []uint64, live uint64,
 	survivors func(gens []uint64, tomb []bool, snaps []uint64, live uint64) []bool, remove func(context.Context, []Op) error) (PruneStats, error) {
 	if remove == nil {
 		remove = s.ApplyReserved
@@ -152,6 +153,9 @@ func (s *Store) prune(ctx context.Context, vol, blockLo, blockHi uint64, snaps [
 			if ferr = decide(); ferr != nil {
 				return false
 			}
+		}
+		if in != nil && !in(k.Block) {
+			return true
 		}
 		block = append(block, found{k, e})
 		return true
