@@ -96,3 +96,7 @@ func (v *Volume) SplitStoreGen(gen uint64) (g uint64, f uint32) {
 	}
 	return gen >> 32, uint32(gen)
 }
+
+// PruneKeepMax bounds the file versions one request to prune a range's
+// versions (Brick.PruneVersions) may keep below its bound.
+const PruneKeepMax = 1 << 16
