@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53, 0}
 }
 
 type JoinRequest struct {
@@ -2955,6 +2955,176 @@ func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
 	return nil
 }
 
+// PruneVersionsRequest: in the blocks of this PG's chunks that hold bytes of
+// [offset, offset+length) (length may span many chunks; an end of 2^64 is
+// offset+length == 0), the entries of file versions below `below` that no
+// reader keeps reading are removed. The readers kept: the live volume, each
+// snapshot, the file versions in `keep` (each in [1, below), at most 65536)
+// read at the live volume, and every file version >= below (their entries,
+// and unversioned ones, are left as they are). Refused with INVALID_ARGUMENT
+// on a volume without file versions, below 0, or a bad keep.
+type PruneVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	Keep          []uint32               `protobuf:"varint,6,rep,packed,name=keep,proto3" json:"keep,omitempty"`
+	Below         uint32                 `protobuf:"varint,7,opt,name=below,proto3" json:"below,omitempty"`
+	Writer        *Writer                `protobuf:"bytes,8,opt,name=writer,proto3" json:"writer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneVersionsRequest) Reset() {
+	*x = PruneVersionsRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsRequest) ProtoMessage() {}
+
+func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
+func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetKeep() []uint32 {
+	if x != nil {
+		return x.Keep
+	}
+	return nil
+}
+
+func (x *PruneVersionsRequest) GetBelow() uint32 {
+	if x != nil {
+		return x.Below
+	}
+	return 0
+}
+
+func (x *PruneVersionsRequest) GetWriter() *Writer {
+	if x != nil {
+		return x.Writer
+	}
+	return nil
+}
+
+// PruneVersionsResponse counts what the primary removed (each replica
+// removes the same entries).
+type PruneVersionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blocks        int64                  `protobuf:"varint,1,opt,name=blocks,proto3" json:"blocks,omitempty"`     // blocks that lost at least one entry
+	Versions      int64                  `protobuf:"varint,2,opt,name=versions,proto3" json:"versions,omitempty"` // entries removed
+	Bytes         int64                  `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`       // bytes of their records, left for the cleaner
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PruneVersionsResponse) Reset() {
+	*x = PruneVersionsResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PruneVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PruneVersionsResponse) ProtoMessage() {}
+
+func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
+func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PruneVersionsResponse) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+func (x *PruneVersionsResponse) GetVersions() int64 {
+	if x != nil {
+		return x.Versions
+	}
+	return 0
+}
+
+func (x *PruneVersionsResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // One block-level change, as the store applies it.
 type BlockOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2969,7 +3139,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2981,7 +3151,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2994,7 +3164,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -3047,7 +3217,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3059,7 +3229,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3072,7 +3242,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -3132,7 +3302,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3314,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3327,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 type InventoryRequest struct {
@@ -3171,7 +3341,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3353,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3366,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -3231,7 +3401,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3413,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3426,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -3289,7 +3459,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3471,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3484,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -3342,7 +3512,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3524,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3537,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -3421,7 +3591,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +3603,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +3616,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -3467,7 +3637,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3479,7 +3649,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3492,7 +3662,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3527,7 +3697,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3709,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3722,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3587,7 +3757,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3769,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3829,7 +3999,20 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\aVersion\x12\x19\n" +
 	"\bsnap_gen\x18\x01 \x01(\x04R\asnapGen\x12!\n" +
 	"\ffile_version\x18\x02 \x01(\rR\vfileVersion\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone\"\xb2\x01\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone\"\xdc\x01\n" +
+	"\x14PruneVersionsRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x04R\x06length\x12\x12\n" +
+	"\x04keep\x18\x06 \x03(\rR\x04keep\x12\x14\n" +
+	"\x05below\x18\a \x01(\rR\x05below\x12+\n" +
+	"\x06writer\x18\b \x01(\v2\x13.plumeria.v1.WriterR\x06writer\"a\n" +
+	"\x15PruneVersionsResponse\x12\x16\n" +
+	"\x06blocks\x18\x01 \x01(\x03R\x06blocks\x12\x1a\n" +
+	"\bversions\x18\x02 \x01(\x03R\bversions\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"\xb2\x01\n" +
 	"\aBlockOp\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.plumeria.v1.BlockOp.KindR\x04kind\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x04R\x05block\x12\x10\n" +
@@ -3897,7 +4080,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\x99\x05\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xf1\x05\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -3908,7 +4091,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\bBackfill\x12\x1c.plumeria.v1.BackfillRequest\x1a\x1d.plumeria.v1.BackfillResponse\x12M\n" +
 	"\n" +
 	"FetchBlock\x12\x1e.plumeria.v1.FetchBlockRequest\x1a\x1f.plumeria.v1.FetchBlockResponse\x12V\n" +
-	"\rBlockVersions\x12!.plumeria.v1.BlockVersionsRequest\x1a\".plumeria.v1.BlockVersionsResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"\rBlockVersions\x12!.plumeria.v1.BlockVersionsRequest\x1a\".plumeria.v1.BlockVersionsResponse\x12V\n" +
+	"\rPruneVersions\x12!.plumeria.v1.PruneVersionsRequest\x1a\".plumeria.v1.PruneVersionsResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -3923,7 +4107,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -3978,21 +4162,23 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*DecommitResponse)(nil),              // 50: plumeria.v1.DecommitResponse
 	(*BlockVersionsRequest)(nil),          // 51: plumeria.v1.BlockVersionsRequest
 	(*BlockVersionsResponse)(nil),         // 52: plumeria.v1.BlockVersionsResponse
-	(*BlockOp)(nil),                       // 53: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 54: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 55: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 56: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 57: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 58: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 59: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 60: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 61: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 62: plumeria.v1.FetchBlockResponse
-	nil,                                   // 63: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 64: plumeria.v1.BlockVersionsResponse.Version
+	(*PruneVersionsRequest)(nil),          // 53: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 54: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 55: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 56: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 57: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 58: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 59: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 60: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 61: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 62: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 63: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 64: plumeria.v1.FetchBlockResponse
+	nil,                                   // 65: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 66: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	63, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	65, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
@@ -4000,73 +4186,76 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	45, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
 	42, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
 	42, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	64, // 8: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	1,  // 9: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	42, // 10: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	53, // 11: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	57, // 12: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	53, // 13: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 14: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 15: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 16: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 17: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	12, // 18: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	14, // 19: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	16, // 20: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	18, // 21: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	20, // 22: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	22, // 23: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	24, // 24: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	26, // 25: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	28, // 26: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	30, // 27: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	40, // 28: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	32, // 29: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	34, // 30: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	36, // 31: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	38, // 32: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	43, // 33: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	44, // 34: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	47, // 35: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	49, // 36: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	54, // 37: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	56, // 38: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	59, // 39: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	61, // 40: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	51, // 41: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	3,  // 42: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 43: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 44: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 45: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 46: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 47: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 48: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 49: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 50: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	23, // 51: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	25, // 52: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	27, // 53: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	29, // 54: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	31, // 55: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	41, // 56: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	33, // 57: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	35, // 58: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	37, // 59: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	39, // 60: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	46, // 61: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	46, // 62: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	48, // 63: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	50, // 64: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	55, // 65: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	58, // 66: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	60, // 67: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	62, // 68: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	52, // 69: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	42, // [42:70] is the sub-list for method output_type
-	14, // [14:42] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	66, // 8: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	42, // 9: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 10: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	42, // 11: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	55, // 12: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	59, // 13: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	55, // 14: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 15: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 16: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 17: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 18: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	12, // 19: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	14, // 20: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	16, // 21: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	18, // 22: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	20, // 23: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	22, // 24: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	24, // 25: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	26, // 26: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	28, // 27: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	30, // 28: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	40, // 29: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	32, // 30: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	34, // 31: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	36, // 32: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	38, // 33: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	43, // 34: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	44, // 35: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	47, // 36: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	49, // 37: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	56, // 38: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	58, // 39: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	61, // 40: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	63, // 41: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	51, // 42: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	53, // 43: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	3,  // 44: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 45: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 46: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	11, // 47: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	13, // 48: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	15, // 49: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	17, // 50: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	19, // 51: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	21, // 52: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	23, // 53: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	25, // 54: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	27, // 55: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	29, // 56: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	31, // 57: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	41, // 58: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	33, // 59: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	35, // 60: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	37, // 61: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	39, // 62: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	46, // 63: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	46, // 64: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	48, // 65: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	50, // 66: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	57, // 67: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	60, // 68: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	62, // 69: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	64, // 70: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	52, // 71: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	54, // 72: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	44, // [44:73] is the sub-list for method output_type
+	15, // [15:44] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -4080,7 +4269,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   63,
+			NumMessages:   65,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -877,6 +877,7 @@ const (
 	Brick_Backfill_FullMethodName      = "/plumeria.v1.Brick/Backfill"
 	Brick_FetchBlock_FullMethodName    = "/plumeria.v1.Brick/FetchBlock"
 	Brick_BlockVersions_FullMethodName = "/plumeria.v1.Brick/BlockVersions"
+	Brick_PruneVersions_FullMethodName = "/plumeria.v1.Brick/PruneVersions"
 )
 
 // BrickClient is the client API for Brick service.
@@ -903,6 +904,11 @@ type BrickClient interface {
 	// BlockVersions lists the entries the primary holds for one block, at or
 	// below the live volume's reader gen (client → primary, admitted as a read).
 	BlockVersions(ctx context.Context, in *BlockVersionsRequest, opts ...grpc.CallOption) (*BlockVersionsResponse, error)
+	// PruneVersions drops, on a volume with file versions, the entries of
+	// file versions below a bound that a file system no longer retains
+	// (client → primary, admitted as a decommit of the range; the removals
+	// are replicated as a decommit's).
+	PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error)
 }
 
 type brickClient struct {
@@ -1012,6 +1018,16 @@ func (c *brickClient) BlockVersions(ctx context.Context, in *BlockVersionsReques
 	return out, nil
 }
 
+func (c *brickClient) PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PruneVersionsResponse)
+	err := c.cc.Invoke(ctx, Brick_PruneVersions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1036,6 +1052,11 @@ type BrickServer interface {
 	// BlockVersions lists the entries the primary holds for one block, at or
 	// below the live volume's reader gen (client → primary, admitted as a read).
 	BlockVersions(context.Context, *BlockVersionsRequest) (*BlockVersionsResponse, error)
+	// PruneVersions drops, on a volume with file versions, the entries of
+	// file versions below a bound that a file system no longer retains
+	// (client → primary, admitted as a decommit of the range; the removals
+	// are replicated as a decommit's).
+	PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error)
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1072,6 +1093,9 @@ func (UnimplementedBrickServer) FetchBlock(context.Context, *FetchBlockRequest) 
 }
 func (UnimplementedBrickServer) BlockVersions(context.Context, *BlockVersionsRequest) (*BlockVersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method BlockVersions not implemented")
+}
+func (UnimplementedBrickServer) PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PruneVersions not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1249,6 +1273,24 @@ func _Brick_BlockVersions_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brick_PruneVersions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PruneVersionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).PruneVersions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_PruneVersions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).PruneVersions(ctx, req.(*PruneVersionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1287,6 +1329,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "BlockVersions",
 			Handler:    _Brick_BlockVersions_Handler,
+		},
+		{
+			MethodName: "PruneVersions",
+			Handler:    _Brick_PruneVersions_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
