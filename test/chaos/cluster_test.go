@@ -56,6 +56,7 @@ type clusterOpts struct {
 	replicas     int
 	lockAlone    bool // lock servers as their own processes on lockPort
 	brickMiB     int  // > 0: each brick's directory is a tmpfs of this size
+	fileVersions bool // the volume keeps file versions (format --file-versions)
 }
 
 // world is one run: hosts, processes, fs nodes and what was found.
@@ -415,7 +416,11 @@ func (w *world) startCluster() {
 	}); err != nil {
 		w.fatal(err)
 	}
-	if _, err := w.cli(2*time.Minute, "format", w.coordArg(), "--volume", volumeName, "--replicas", strconv.Itoa(o.replicas)); err != nil {
+	args := []string{"format", w.coordArg(), "--volume", volumeName, "--replicas", strconv.Itoa(o.replicas)}
+	if o.fileVersions {
+		args = append(args, "--file-versions")
+	}
+	if _, err := w.cli(2*time.Minute, args...); err != nil {
 		w.fatal(err)
 	}
 	for i := 1; i <= o.fsNodes; i++ {

@@ -61,7 +61,7 @@ func TestCrashPoints(t *testing.T) {
 		seed = rand.Uint64()%1_000_000_000 + 1
 	}
 	w := newWorld(t, fmt.Sprintf("crash seed=%d", seed), seed,
-		clusterOpts{servers: 3, coordinators: 1, fsNodes: 2, replicas: 2})
+		clusterOpts{servers: 3, coordinators: 1, fsNodes: 2, replicas: 2, fileVersions: true})
 	w.logf("crash points: seed %d, %d iterations (replay: make chaos SEED=%d)", seed, iters, seed)
 	w.startCluster()
 	a, b := w.fs["f1"], w.fs["f2"]
@@ -155,7 +155,7 @@ func (w *world) crashPoint(i int, rng *rand.Rand, a, b *fsNode, st *crashStats) 
 		win.started, win.doneAtEnd, win.end = int(prog.started.Load()), int(prog.done.Load()), time.Now()
 		snapped <- win
 	}()
-	ops, synced, bad := w.treeWorkload(a, root, rng, &prog)
+	ops, after, synced, bad := w.treeWorkload(a, root, rng, &prog)
 	killedAt := <-killed
 	w.fault("kill-fs (crash point)")
 	if bad != nil {
@@ -193,6 +193,9 @@ func (w *world) crashPoint(i int, rng *rand.Rand, a, b *fsNode, st *crashStats) 
 			win.done = min(win.done, synced)
 		}
 		an = w.checkSnapshot(reader, root, snapName, ops, win)
+	}
+	if an == nil && synced > 0 {
+		an = w.checkPast(reader, root, ops, after, rng.IntN(synced))
 	}
 	if an != nil {
 		var tail []string
@@ -257,13 +260,43 @@ func (w *world) checkSnapshot(f *fsNode, root, snap string, ops []check.TreeOp, 
 	return nil
 }
 
+// checkPast reads root as it was right after operation k returned,
+// through MNT/.plumeria/at/T on f (the volume keeps file versions), and
+// checks it against the model after ops[:k+1]: every name then, each file
+// as its last close left it (check.Tree.Past). Operation k returned
+// before the last fsync, so the crash cannot have taken it.
+func (w *world) checkPast(f *fsNode, root string, ops []check.TreeOp, after []time.Time, k int) *check.Anomaly {
+	model := check.NewTree()
+	for _, op := range ops[:k+1] {
+		if err := model.Apply(op); err != nil {
+			return &check.Anomaly{Kind: "workload", Key: op.Path, Detail: err.Error()}
+		}
+	}
+	at := after[k].UTC().Format(time.RFC3339Nano)
+	got, err := w.snapshot(f, filepath.Join(".plumeria", "at", at, root))
+	if err != nil {
+		return &check.Anomaly{Kind: "time travel", Key: root, Detail: fmt.Sprintf("read %s at %s on %s: %v", root, at, f.name, err)}
+	}
+	if diff := check.Diff(model.Past(), check.PastOf(got), "", 10); len(diff) > 0 {
+		return &check.Anomaly{Kind: "time travel", Key: root,
+			Detail: fmt.Sprintf("%s at %s (after operation %d of %d) differs from the model:\n    %s", root, at, k, len(ops), strings.Join(diff, "\n    "))}
+	}
+	w.logf("crash point time travel: %s after operation %d of %d (at %s) as the model says", root, k, len(ops), at)
+	w.mu.Lock()
+	w.sum.Checked("time-travel reads of crash points", 1)
+	w.mu.Unlock()
+	return nil
+}
+
 // treeWorkload issues valid random operations on f under root until one
-// fails (the kill). It returns them, how many returned before the last
-// fsync returned, and an anomaly if an operation failed before the kill.
-// prog counts them as they go.
-func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand, prog *opProgress) ([]check.TreeOp, int, *check.Anomaly) {
+// fails (the kill). It returns them, when each had returned (after[i]:
+// taken after operation i returned and before i+1 was issued), how many
+// returned before the last fsync returned, and an anomaly if an operation
+// failed before the kill. prog counts them as they go.
+func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand, prog *opProgress) ([]check.TreeOp, []time.Time, int, *check.Anomaly) {
 	model := check.NewTree()
 	var ops []check.TreeOp
+	var after []time.Time
 	synced := 0
 	defer func() { prog.done.Store(int64(len(ops))) }()
 	for n := 0; ; n++ {
@@ -271,21 +304,23 @@ func (w *world) treeWorkload(f *fsNode, root string, rng *rand.Rand, prog *opPro
 		prog.started.Store(int64(n + 1))
 		res, ok := w.call(f, func(mnt string) (string, error) { return "", doTreeOp(filepath.Join(mnt, root), op) })
 		if !ok {
-			return ops, synced, nil // killed between two operations
+			return ops, after, synced, nil // killed between two operations
 		}
 		if res.err != nil {
 			op.Outcome, op.Err = check.Unknown, res.err.Error()
 			ops = append(ops, op)
+			after = append(after, time.Now())
 			if _, up := f.state(); up && !res.overlapped {
-				return ops, synced, &check.Anomaly{Kind: "unexpected error", Key: op.Path,
+				return ops, after, synced, &check.Anomaly{Kind: "unexpected error", Key: op.Path,
 					Detail: fmt.Sprintf("operation %d %s failed before the kill", n, op)}
 			}
-			return ops, synced, nil
+			return ops, after, synced, nil
 		}
 		if err := model.Apply(op); err != nil {
-			return ops, synced, &check.Anomaly{Kind: "workload", Key: op.Path, Detail: err.Error()}
+			return ops, after, synced, &check.Anomaly{Kind: "workload", Key: op.Path, Detail: err.Error()}
 		}
 		ops = append(ops, op)
+		after = append(after, time.Now())
 		prog.done.Store(int64(len(ops)))
 		if op.Kind == "fsync" {
 			synced = len(ops)
@@ -490,9 +525,9 @@ func readTree(top string) (check.Snapshot, error) {
 				return err
 			}
 			e.Data = string(b)
-			if st.Nlink > 1 {
-				groups[st.Ino] = append(groups[st.Ino], rel)
-			}
+			// By inode number, whatever the link count says (a view of
+			// the past shows 1: filesys/history/timeview.go).
+			groups[st.Ino] = append(groups[st.Ino], rel)
 		case syscall.S_IFLNK:
 			e.Kind, e.Mode = 'l', 0
 			t, err := os.Readlink(p)

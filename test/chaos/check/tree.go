@@ -66,9 +66,10 @@ type Entry struct {
 type Snapshot map[string]Entry
 
 type inode struct {
-	kind byte
-	data string
-	mode uint32
+	kind   byte
+	data   string
+	mode   uint32
+	closed string // a file's data at its last close (create, write)
 }
 
 // Tree is the model: names → inode numbers → inodes.
@@ -170,7 +171,8 @@ func (t *Tree) Apply(op TreeOp) error {
 		if t.Kind(op.Path) != 'f' || t.Size(op.Path) != 0 {
 			return fmt.Errorf("write: %s is not an empty file", op.Path)
 		}
-		t.nodes[t.names[op.Path]].data = op.Data
+		ino := t.nodes[t.names[op.Path]]
+		ino.data, ino.closed = op.Data, op.Data // open, write, close
 	case "truncate":
 		if t.Kind(op.Path) != 'f' || t.Size(op.Path) < op.Size {
 			return fmt.Errorf("truncate: %s is not a file of at least %d bytes", op.Path, op.Size)
@@ -205,6 +207,9 @@ func (t *Tree) Apply(op TreeOp) error {
 	case "fsync":
 		if !t.Has(op.Path) {
 			return fmt.Errorf("fsync: no %s", op.Path)
+		}
+		if ino := t.nodes[t.names[op.Path]]; ino.kind == 'f' {
+			ino.closed = ino.data // opened, fsync'd, closed: a version
 		}
 	default:
 		return fmt.Errorf("unknown operation %q", op.Kind)
@@ -275,6 +280,41 @@ func (t *Tree) Snapshot() Snapshot {
 		s[name] = e
 	}
 	return s
+}
+
+// Past returns what a file system that keeps file versions shows of the
+// tree at a time after these operations (MNT/.plumeria/at/T): each file
+// as its last close left it (a truncate without a close is not a
+// version), no symlinks (one removed since is not kept), and no modes
+// (the view shows a version's mode as it is allowed now).
+func (t *Tree) Past() Snapshot {
+	s := t.Snapshot()
+	for name, e := range s {
+		switch e.Kind {
+		case 'l':
+			delete(s, name)
+			continue
+		case 'f':
+			e.Data = t.nodes[t.names[name]].closed
+		}
+		e.Mode = 0
+		s[name] = e
+	}
+	return s
+}
+
+// PastOf is Past's normal form of a tree read from such a view: no
+// symlinks, no modes.
+func PastOf(got Snapshot) Snapshot {
+	out := Snapshot{}
+	for name, e := range got {
+		if e.Kind == 'l' {
+			continue
+		}
+		e.Mode = 0
+		out[name] = e
+	}
+	return out
 }
 
 // Diff lists up to max differences of got from want, one per line.
