@@ -34,6 +34,10 @@ type VersionPruner interface {
 	PruneVersions(ctx context.Context, off, n uint64, keep []uint32, below uint32) error
 }
 
+// keepMax is the most versions one prune request may keep
+// (clustermap.PruneKeepMax).
+const keepMax = 1 << 16
+
 // cleanerLock is held by the node running a cleaner pass.
 const cleanerLock = 3
 
@@ -356,6 +360,10 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 	keep = slices.Compact(keep)
 	st.Versions += total
 	if len(keep) == total {
+		return nil
+	}
+	if len(keep) > keepMax {
+		fs.log.Warn("a file keeps more versions than one prune can name: none dropped", "ino", ino, "kept", len(keep))
 		return nil
 	}
 	if err := pruner.PruneVersions(ctx, layout.ExtentAddr(ino), layout.ExtentBytes, keep, in.FVer+1); err != nil {

@@ -20,6 +20,7 @@ type FSDevice struct{ vol *volume.Volume }
 var (
 	_ filesys.Device        = FSDevice{}
 	_ filesys.VersionDevice = FSDevice{}
+	_ filesys.VersionPruner = FSDevice{}
 )
 
 // NewFSDevice adapts vol, which the caller keeps and closes.
@@ -92,6 +93,14 @@ func (d FSDevice) BlockVersions(ctx context.Context, off uint64) ([]uint32, erro
 		out = append(out, b.FileVersion)
 	}
 	return out, nil
+}
+
+// PruneVersions drops, in [off, off+n), the block entries of file
+// versions below below that neither the live volume, a snapshot nor a
+// version in keep reads (the version cleaner, filesys/cleaner.go).
+func (d FSDevice) PruneVersions(ctx context.Context, off, n uint64, keep []uint32, below uint32) error {
+	_, err := d.vol.PruneVersions(ctx, off, n, keep, below)
+	return deviceError(err)
 }
 
 // deviceError maps the volume's errors the file system acts on to its own

@@ -120,6 +120,32 @@ func TestFileVersions(t *testing.T) {
 		t.Fatalf("a time before the volume: %v, want EINVAL", err)
 	}
 
+	// Retention: docs keeps no old versions; a cleaner pass drops them.
+	if n := strings.Count(string(c.cli("versions", filepath.Join(b, "docs", "final.txt"))), " n1\n"); n != 2 {
+		t.Fatalf("final.txt has %d versions before the cleaner, want 2", n)
+	}
+	r := c.run(time.Minute, nil, "retention", "set", filepath.Join(b, "docs"), "--all", "-1h")
+	if r.code == 0 || !strings.Contains(string(r.stderr), "positive duration") {
+		t.Fatalf("a policy that makes no sense: %v", r)
+	}
+	c.cli("retention", "set", filepath.Join(b, "docs"), "--none")
+	if out := string(c.cli("retention", "show", filepath.Join(a, "docs", "final.txt"))); !strings.Contains(out, "none (from "+filepath.Join(a, "docs")+")") {
+		t.Fatalf("retention show: %s", out)
+	}
+	if out := string(c.cli("retention", "show", filepath.Join(a, "proj"))); !strings.Contains(out, "all=1h0m0s hourly=1d daily=30d (from default)") {
+		t.Fatalf("retention show of the default: %s", out)
+	}
+	out = string(c.cli("retention", "clean", c.coordArg(), "--volume", "fs"))
+	if !regexp.MustCompile(`[1-9]\d* dropped`).MatchString(out) {
+		t.Fatalf("retention clean: %s", out)
+	}
+	if n := strings.Count(string(c.cli("versions", filepath.Join(b, "docs", "final.txt"))), " n1\n"); n != 1 {
+		t.Fatalf("final.txt has %d versions after the cleaner, want 1 (what it reads now)", n)
+	}
+	if got := read(filepath.Join(b, "docs", "final.txt")); got != "v2, longer" {
+		t.Fatalf("final.txt reads %q after the cleaner", got)
+	}
+
 	// Crash: v1 durable (fsync), v2 closed but only in A's log, then a
 	// write never closed; SIGKILL A. B recovers A's log.
 	crash := filepath.Join(a, "crash.txt")
