@@ -264,21 +264,8 @@ func (fs *FS) dirForCleaner(ctx context.Context, dino, dgen uint64) ([]dir.Entry
 // eachNameRecord calls fn with every record of inode number dino's name
 // log, oldest first. The caller holds dino's lock.
 func (fs *FS) eachNameRecord(tx *tx, dino uint64, din *layout.Inode, fn func(layout.NameRecord)) error {
-	b := make([]byte, layout.BlockBytes)
 	for blk := uint64(0); blk <= din.NLog/layout.PayloadBytes; blk++ {
-		limit := layout.PayloadBytes
-		if blk == din.NLog/layout.PayloadBytes {
-			limit = int(din.NLog % layout.PayloadBytes)
-		}
-		if limit == 0 {
-			continue
-		}
-		data, err := tx.read(layout.NameLogAddr(dino, blk), inodeLock(dino))
-		if err != nil {
-			return err
-		}
-		copy(b, data)
-		recs, err := decodeNameLogBlock(b, dino, blk, limit)
+		recs, err := fs.nameLogBlock(tx, dino, din, blk)
 		if err != nil {
 			return err
 		}
@@ -289,9 +276,20 @@ func (fs *FS) eachNameRecord(tx *tx, dino uint64, din *layout.Inode, fn func(lay
 	return nil
 }
 
-// decodeNameLogBlock checks block blk of dino's name log and returns its
-// records up to limit payload bytes.
-func decodeNameLogBlock(b []byte, dino, blk uint64, limit int) ([]layout.NameRecord, error) {
+// nameLogBlock returns the records of block blk of inode number dino's
+// name log (din its inode; the caller holds its lock), up to the log's end.
+func (fs *FS) nameLogBlock(tx *tx, dino uint64, din *layout.Inode, blk uint64) ([]layout.NameRecord, error) {
+	limit := layout.PayloadBytes
+	if blk == din.NLog/layout.PayloadBytes {
+		limit = int(din.NLog % layout.PayloadBytes)
+	}
+	if limit == 0 {
+		return nil, nil
+	}
+	b, err := tx.read(layout.NameLogAddr(dino, blk), inodeLock(dino))
+	if err != nil {
+		return nil, err
+	}
 	hd, err := layout.DecodeHeader(b)
 	if err != nil || hd.Kind != layout.KindNameLog || hd.Owner != dino || hd.Index != blk {
 		return nil, fmt.Errorf("%w: name log block %d of directory %d: %v (kind %v)", ErrIO, blk, dino, err, hd.Kind)

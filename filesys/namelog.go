@@ -122,28 +122,10 @@ func (fs *FS) namesAt(tx *tx, dino, dgen uint64, din *layout.Inode, t time.Time)
 	}
 	stop := fromTime(t.Add(-skewMax))
 	after := fromTime(t)
-	b := make([]byte, layout.BlockBytes)
 	for blk := int64(din.NLog / layout.PayloadBytes); blk >= 0; blk-- {
-		limit := layout.PayloadBytes
-		if uint64(blk) == din.NLog/layout.PayloadBytes {
-			limit = int(din.NLog % layout.PayloadBytes)
-		}
-		if limit == 0 {
-			continue
-		}
-		addr := layout.NameLogAddr(dino, uint64(blk))
-		blkData, err := tx.read(addr, inodeLock(dino))
+		recs, err := fs.nameLogBlock(tx, dino, din, uint64(blk))
 		if err != nil {
 			return nil, err
-		}
-		copy(b, blkData)
-		hd, err := layout.DecodeHeader(b)
-		if err != nil || hd.Kind != layout.KindNameLog || hd.Owner != dino || hd.Index != uint64(blk) {
-			return nil, fmt.Errorf("%w: name log block %d of directory %d: %v (kind %v)", ErrIO, blk, dino, err, hd.Kind)
-		}
-		recs, err := layout.DecodeNameRecords(b[layout.HeaderBytes:], limit)
-		if err != nil {
-			return nil, fmt.Errorf("%w: name log block %d of directory %d: %v", ErrIO, blk, dino, err)
 		}
 		done := false
 		for i := len(recs) - 1; i >= 0; i-- {
