@@ -44,6 +44,9 @@ type Config struct {
 	Logger        *slog.Logger
 	// HeartbeatInterval zero means limits.HeartbeatInterval.
 	HeartbeatInterval time.Duration
+	// HistoryInterval is the time between passes counting live and
+	// history bytes (history.go); zero means historyEvery.
+	HistoryInterval time.Duration
 }
 
 // Server is a running brick.
@@ -95,8 +98,9 @@ type Server struct {
 		running map[bfKey]bool
 	}
 	usage    atomic.Pointer[[]*pb.PGUsage]
-	inflight inflight        // requests being served, by kind (memmetrics.go)
-	io       iostat.Counters // client reads and writes served, for heartbeats
+	history  atomic.Pointer[historyReport] // the latest pass of historyLoop
+	inflight inflight                      // requests being served, by kind (memmetrics.go)
+	io       iostat.Counters               // client reads and writes served, for heartbeats
 }
 
 type pgKey = repl.PGKey
@@ -114,6 +118,9 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = limits.HeartbeatInterval
+	}
+	if cfg.HistoryInterval == 0 {
+		cfg.HistoryInterval = historyEvery
 	}
 	dir := filepath.Join(cfg.DataDir, "store")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -145,7 +152,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 }
 
 // Run registers with the coordinator (retrying until ctx ends) and starts
-// heartbeats, usage counting and the cleaner.
+// heartbeats, usage and history counting, pruning and the cleaner.
 func (s *Server) Run(ctx context.Context) error {
 	for {
 		err := s.register(ctx)
@@ -158,11 +165,12 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
-	s.wg.Add(7)
+	s.wg.Add(8)
 	go s.installer()
 	go s.coreLoop()
 	go s.heartbeatLoop()
 	go s.usageLoop()
+	go s.historyLoop()
 	go s.orphanLoop()
 	go s.pruneLoop()
 	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()
@@ -253,7 +261,8 @@ func (s *Server) heartbeat() {
 	sent := time.Now()
 	st := s.store.Stats()
 	req := &pb.HeartbeatRequest{Name: s.cfg.Name, Kind: pb.HeartbeatRequest_BRICK, MapEpoch: s.serving.Load().Epoch,
-		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr, Io: ioStats(s.io.Snapshot())}
+		UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Addr: s.cfg.Addr, Io: ioStats(s.io.Snapshot()),
+		VolumeBytes: s.historyBytes(sent)}
 	if u := s.usage.Load(); u != nil {
 		req.Usage = *u
 	}

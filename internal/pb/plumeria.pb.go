@@ -123,7 +123,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54, 0}
 }
 
 type JoinRequest struct {
@@ -476,6 +476,9 @@ type HeartbeatRequest struct {
 	Usage         []*PGUsage             `protobuf:"bytes,6,rep,name=usage,proto3" json:"usage,omitempty"`
 	Addr          string                 `protobuf:"bytes,7,opt,name=addr,proto3" json:"addr,omitempty"`
 	Io            *IOStats               `protobuf:"bytes,8,opt,name=io,proto3" json:"io,omitempty"` // bricks: requests served as primary (for the dashboard)
+	// bricks: per volume in the brick's map, the space its entries hold on
+	// this brick, from the latest finished count (none before the first).
+	VolumeBytes   []*VolumeBytes `protobuf:"bytes,9,rep,name=volume_bytes,json=volumeBytes,proto3" json:"volume_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -566,6 +569,86 @@ func (x *HeartbeatRequest) GetIo() *IOStats {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetVolumeBytes() []*VolumeBytes {
+	if x != nil {
+		return x.VolumeBytes
+	}
+	return nil
+}
+
+// VolumeBytes is what one brick's store holds of one volume, over every PG
+// of it the brick holds (primary or backup): raw bytes of records on this
+// brick's disk, counted by a walk of the store's index (store.VolumeBytes).
+type VolumeBytes struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Vol          uint64                 `protobuf:"varint,1,opt,name=vol,proto3" json:"vol,omitempty"`
+	LiveBytes    int64                  `protobuf:"varint,2,opt,name=live_bytes,json=liveBytes,proto3" json:"live_bytes,omitempty"`          // puts the live volume reads
+	HistoryBytes int64                  `protobuf:"varint,3,opt,name=history_bytes,json=historyBytes,proto3" json:"history_bytes,omitempty"` // every other put: kept for snapshots and file versions
+	// age_ms: how long before the heartbeat was sent the count started (the
+	// receiver dates it by its own clock).
+	AgeMs         int64 `protobuf:"varint,4,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VolumeBytes) Reset() {
+	*x = VolumeBytes{}
+	mi := &file_proto_plumeria_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VolumeBytes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VolumeBytes) ProtoMessage() {}
+
+func (x *VolumeBytes) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VolumeBytes.ProtoReflect.Descriptor instead.
+func (*VolumeBytes) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *VolumeBytes) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *VolumeBytes) GetLiveBytes() int64 {
+	if x != nil {
+		return x.LiveBytes
+	}
+	return 0
+}
+
+func (x *VolumeBytes) GetHistoryBytes() int64 {
+	if x != nil {
+		return x.HistoryBytes
+	}
+	return 0
+}
+
+func (x *VolumeBytes) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
 // IOStats counts the client reads and writes a brick served as primary,
 // since the brick process started: every field only grows, and all restart
 // at zero with the process. Latency is from request arrival to answer
@@ -587,7 +670,7 @@ type IOStats struct {
 
 func (x *IOStats) Reset() {
 	*x = IOStats{}
-	mi := &file_proto_plumeria_proto_msgTypes[8]
+	mi := &file_proto_plumeria_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +682,7 @@ func (x *IOStats) String() string {
 func (*IOStats) ProtoMessage() {}
 
 func (x *IOStats) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[8]
+	mi := &file_proto_plumeria_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +695,7 @@ func (x *IOStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IOStats.ProtoReflect.Descriptor instead.
 func (*IOStats) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{8}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IOStats) GetReadOps() uint64 {
@@ -672,7 +755,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[9]
+	mi := &file_proto_plumeria_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +767,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[9]
+	mi := &file_proto_plumeria_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +780,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{9}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HeartbeatResponse) GetMapJson() []byte {
@@ -730,7 +813,7 @@ type GetMapRequest struct {
 
 func (x *GetMapRequest) Reset() {
 	*x = GetMapRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[10]
+	mi := &file_proto_plumeria_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +825,7 @@ func (x *GetMapRequest) String() string {
 func (*GetMapRequest) ProtoMessage() {}
 
 func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[10]
+	mi := &file_proto_plumeria_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +838,7 @@ func (x *GetMapRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapRequest.ProtoReflect.Descriptor instead.
 func (*GetMapRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{10}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetMapRequest) GetMinEpoch() uint64 {
@@ -774,7 +857,7 @@ type GetMapResponse struct {
 
 func (x *GetMapResponse) Reset() {
 	*x = GetMapResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[11]
+	mi := &file_proto_plumeria_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +869,7 @@ func (x *GetMapResponse) String() string {
 func (*GetMapResponse) ProtoMessage() {}
 
 func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[11]
+	mi := &file_proto_plumeria_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +882,7 @@ func (x *GetMapResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMapResponse.ProtoReflect.Descriptor instead.
 func (*GetMapResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{11}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetMapResponse) GetMapJson() []byte {
@@ -825,7 +908,7 @@ type CreateVolumeRequest struct {
 
 func (x *CreateVolumeRequest) Reset() {
 	*x = CreateVolumeRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[12]
+	mi := &file_proto_plumeria_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -837,7 +920,7 @@ func (x *CreateVolumeRequest) String() string {
 func (*CreateVolumeRequest) ProtoMessage() {}
 
 func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[12]
+	mi := &file_proto_plumeria_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -850,7 +933,7 @@ func (x *CreateVolumeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeRequest.ProtoReflect.Descriptor instead.
 func (*CreateVolumeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{12}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateVolumeRequest) GetName() string {
@@ -904,7 +987,7 @@ type CreateVolumeResponse struct {
 
 func (x *CreateVolumeResponse) Reset() {
 	*x = CreateVolumeResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[13]
+	mi := &file_proto_plumeria_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +999,7 @@ func (x *CreateVolumeResponse) String() string {
 func (*CreateVolumeResponse) ProtoMessage() {}
 
 func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[13]
+	mi := &file_proto_plumeria_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1012,7 @@ func (x *CreateVolumeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateVolumeResponse.ProtoReflect.Descriptor instead.
 func (*CreateVolumeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{13}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateVolumeResponse) GetMapJson() []byte {
@@ -949,7 +1032,7 @@ type FenceRequest struct {
 
 func (x *FenceRequest) Reset() {
 	*x = FenceRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[14]
+	mi := &file_proto_plumeria_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -961,7 +1044,7 @@ func (x *FenceRequest) String() string {
 func (*FenceRequest) ProtoMessage() {}
 
 func (x *FenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[14]
+	mi := &file_proto_plumeria_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -974,7 +1057,7 @@ func (x *FenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceRequest.ProtoReflect.Descriptor instead.
 func (*FenceRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{14}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *FenceRequest) GetWriter() string {
@@ -1000,7 +1083,7 @@ type FenceResponse struct {
 
 func (x *FenceResponse) Reset() {
 	*x = FenceResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[15]
+	mi := &file_proto_plumeria_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1012,7 +1095,7 @@ func (x *FenceResponse) String() string {
 func (*FenceResponse) ProtoMessage() {}
 
 func (x *FenceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[15]
+	mi := &file_proto_plumeria_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1025,7 +1108,7 @@ func (x *FenceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FenceResponse.ProtoReflect.Descriptor instead.
 func (*FenceResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{15}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *FenceResponse) GetEpoch() uint64 {
@@ -1045,7 +1128,7 @@ type SnapshotRequest struct {
 
 func (x *SnapshotRequest) Reset() {
 	*x = SnapshotRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[16]
+	mi := &file_proto_plumeria_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1140,7 @@ func (x *SnapshotRequest) String() string {
 func (*SnapshotRequest) ProtoMessage() {}
 
 func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[16]
+	mi := &file_proto_plumeria_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1153,7 @@ func (x *SnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{16}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotRequest) GetVolume() string {
@@ -1096,7 +1179,7 @@ type SnapshotResponse struct {
 
 func (x *SnapshotResponse) Reset() {
 	*x = SnapshotResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[17]
+	mi := &file_proto_plumeria_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1191,7 @@ func (x *SnapshotResponse) String() string {
 func (*SnapshotResponse) ProtoMessage() {}
 
 func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[17]
+	mi := &file_proto_plumeria_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1204,7 @@ func (x *SnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotResponse.ProtoReflect.Descriptor instead.
 func (*SnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{17}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotResponse) GetGen() uint64 {
@@ -1141,7 +1224,7 @@ type DeleteSnapshotRequest struct {
 
 func (x *DeleteSnapshotRequest) Reset() {
 	*x = DeleteSnapshotRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[18]
+	mi := &file_proto_plumeria_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1153,7 +1236,7 @@ func (x *DeleteSnapshotRequest) String() string {
 func (*DeleteSnapshotRequest) ProtoMessage() {}
 
 func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[18]
+	mi := &file_proto_plumeria_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1166,7 +1249,7 @@ func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{18}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteSnapshotRequest) GetVolume() string {
@@ -1191,7 +1274,7 @@ type DeleteSnapshotResponse struct {
 
 func (x *DeleteSnapshotResponse) Reset() {
 	*x = DeleteSnapshotResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[19]
+	mi := &file_proto_plumeria_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1286,7 @@ func (x *DeleteSnapshotResponse) String() string {
 func (*DeleteSnapshotResponse) ProtoMessage() {}
 
 func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[19]
+	mi := &file_proto_plumeria_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1299,7 @@ func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{19}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
 }
 
 type SetSnapshotScheduleRequest struct {
@@ -1232,7 +1315,7 @@ type SetSnapshotScheduleRequest struct {
 
 func (x *SetSnapshotScheduleRequest) Reset() {
 	*x = SetSnapshotScheduleRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1327,7 @@ func (x *SetSnapshotScheduleRequest) String() string {
 func (*SetSnapshotScheduleRequest) ProtoMessage() {}
 
 func (x *SetSnapshotScheduleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[20]
+	mi := &file_proto_plumeria_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1340,7 @@ func (x *SetSnapshotScheduleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSnapshotScheduleRequest.ProtoReflect.Descriptor instead.
 func (*SetSnapshotScheduleRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{20}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetSnapshotScheduleRequest) GetVolume() string {
@@ -1303,7 +1386,7 @@ type SetSnapshotScheduleResponse struct {
 
 func (x *SetSnapshotScheduleResponse) Reset() {
 	*x = SetSnapshotScheduleResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1398,7 @@ func (x *SetSnapshotScheduleResponse) String() string {
 func (*SetSnapshotScheduleResponse) ProtoMessage() {}
 
 func (x *SetSnapshotScheduleResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[21]
+	mi := &file_proto_plumeria_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1411,7 @@ func (x *SetSnapshotScheduleResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSnapshotScheduleResponse.ProtoReflect.Descriptor instead.
 func (*SetSnapshotScheduleResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{21}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
 }
 
 type DrainBrickRequest struct {
@@ -1340,7 +1423,7 @@ type DrainBrickRequest struct {
 
 func (x *DrainBrickRequest) Reset() {
 	*x = DrainBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1352,7 +1435,7 @@ func (x *DrainBrickRequest) String() string {
 func (*DrainBrickRequest) ProtoMessage() {}
 
 func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[22]
+	mi := &file_proto_plumeria_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1365,7 +1448,7 @@ func (x *DrainBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickRequest.ProtoReflect.Descriptor instead.
 func (*DrainBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{22}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DrainBrickRequest) GetName() string {
@@ -1384,7 +1467,7 @@ type DrainBrickResponse struct {
 
 func (x *DrainBrickResponse) Reset() {
 	*x = DrainBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1479,7 @@ func (x *DrainBrickResponse) String() string {
 func (*DrainBrickResponse) ProtoMessage() {}
 
 func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[23]
+	mi := &file_proto_plumeria_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1492,7 @@ func (x *DrainBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainBrickResponse.ProtoReflect.Descriptor instead.
 func (*DrainBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{23}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DrainBrickResponse) GetPgsRemaining() int64 {
@@ -1429,7 +1512,7 @@ type RemoveBrickRequest struct {
 
 func (x *RemoveBrickRequest) Reset() {
 	*x = RemoveBrickRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1524,7 @@ func (x *RemoveBrickRequest) String() string {
 func (*RemoveBrickRequest) ProtoMessage() {}
 
 func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[24]
+	mi := &file_proto_plumeria_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1537,7 @@ func (x *RemoveBrickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickRequest.ProtoReflect.Descriptor instead.
 func (*RemoveBrickRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{24}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RemoveBrickRequest) GetName() string {
@@ -1479,7 +1562,7 @@ type RemoveBrickResponse struct {
 
 func (x *RemoveBrickResponse) Reset() {
 	*x = RemoveBrickResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1574,7 @@ func (x *RemoveBrickResponse) String() string {
 func (*RemoveBrickResponse) ProtoMessage() {}
 
 func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[25]
+	mi := &file_proto_plumeria_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1587,7 @@ func (x *RemoveBrickResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveBrickResponse.ProtoReflect.Descriptor instead.
 func (*RemoveBrickResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{25}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
 }
 
 // since: the PG's Since when the backfill started; primary: the reporter.
@@ -1521,7 +1604,7 @@ type PGSyncedRequest struct {
 
 func (x *PGSyncedRequest) Reset() {
 	*x = PGSyncedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1533,7 +1616,7 @@ func (x *PGSyncedRequest) String() string {
 func (*PGSyncedRequest) ProtoMessage() {}
 
 func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[26]
+	mi := &file_proto_plumeria_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1546,7 +1629,7 @@ func (x *PGSyncedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedRequest.ProtoReflect.Descriptor instead.
 func (*PGSyncedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{26}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PGSyncedRequest) GetVol() uint64 {
@@ -1592,7 +1675,7 @@ type PGSyncedResponse struct {
 
 func (x *PGSyncedResponse) Reset() {
 	*x = PGSyncedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1687,7 @@ func (x *PGSyncedResponse) String() string {
 func (*PGSyncedResponse) ProtoMessage() {}
 
 func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[27]
+	mi := &file_proto_plumeria_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1700,7 @@ func (x *PGSyncedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PGSyncedResponse.ProtoReflect.Descriptor instead.
 func (*PGSyncedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{27}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
 type ReplicaFailedRequest struct {
@@ -1632,7 +1715,7 @@ type ReplicaFailedRequest struct {
 
 func (x *ReplicaFailedRequest) Reset() {
 	*x = ReplicaFailedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1727,7 @@ func (x *ReplicaFailedRequest) String() string {
 func (*ReplicaFailedRequest) ProtoMessage() {}
 
 func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[28]
+	mi := &file_proto_plumeria_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1740,7 @@ func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicaFailedRequest) GetVol() uint64 {
@@ -1696,7 +1779,7 @@ type ReplicaFailedResponse struct {
 
 func (x *ReplicaFailedResponse) Reset() {
 	*x = ReplicaFailedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1791,7 @@ func (x *ReplicaFailedResponse) String() string {
 func (*ReplicaFailedResponse) ProtoMessage() {}
 
 func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1804,7 @@ func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
 }
 
 type RegisterLockServerRequest struct {
@@ -1734,7 +1817,7 @@ type RegisterLockServerRequest struct {
 
 func (x *RegisterLockServerRequest) Reset() {
 	*x = RegisterLockServerRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1746,7 +1829,7 @@ func (x *RegisterLockServerRequest) String() string {
 func (*RegisterLockServerRequest) ProtoMessage() {}
 
 func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1759,7 +1842,7 @@ func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RegisterLockServerRequest) GetName() string {
@@ -1785,7 +1868,7 @@ type RegisterLockServerResponse struct {
 
 func (x *RegisterLockServerResponse) Reset() {
 	*x = RegisterLockServerResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1880,7 @@ func (x *RegisterLockServerResponse) String() string {
 func (*RegisterLockServerResponse) ProtoMessage() {}
 
 func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1893,7 @@ func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RegisterLockServerResponse) GetMapJson() []byte {
@@ -1830,7 +1913,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1842,7 +1925,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1855,7 +1938,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *OpenSessionRequest) GetClerk() string {
@@ -1881,7 +1964,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +1976,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +1989,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *OpenSessionResponse) GetSession() uint64 {
@@ -1927,7 +2010,7 @@ type RecordRecoveredRequest struct {
 
 func (x *RecordRecoveredRequest) Reset() {
 	*x = RecordRecoveredRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2022,7 @@ func (x *RecordRecoveredRequest) String() string {
 func (*RecordRecoveredRequest) ProtoMessage() {}
 
 func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2035,7 @@ func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredRequest.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RecordRecoveredRequest) GetClerk() string {
@@ -1984,7 +2067,7 @@ type RecordRecoveredResponse struct {
 
 func (x *RecordRecoveredResponse) Reset() {
 	*x = RecordRecoveredResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2079,7 @@ func (x *RecordRecoveredResponse) String() string {
 func (*RecordRecoveredResponse) ProtoMessage() {}
 
 func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2092,7 @@ func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredResponse.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 type CloseSessionRequest struct {
@@ -2023,7 +2106,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2035,7 +2118,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2048,7 +2131,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CloseSessionRequest) GetClerk() string {
@@ -2080,7 +2163,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2175,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2188,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 type StatusRequest struct {
@@ -2116,7 +2199,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2211,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2224,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 type StatusResponse struct {
@@ -2158,7 +2241,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2253,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2266,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -2211,7 +2294,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2223,7 +2306,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2236,7 +2319,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Writer) GetId() string {
@@ -2287,7 +2370,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2382,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2395,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -2395,7 +2478,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2407,7 +2490,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2420,7 +2503,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -2476,7 +2559,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2488,7 +2571,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2501,7 +2584,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -2534,7 +2617,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2546,7 +2629,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2559,7 +2642,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -2587,7 +2670,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2682,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2695,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -2673,7 +2756,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2768,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2781,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2726,7 +2809,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2821,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2834,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2811,7 +2894,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2823,7 +2906,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2836,7 +2919,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 // BlockVersionsRequest names one block by a byte offset in it.
@@ -2852,7 +2935,7 @@ type BlockVersionsRequest struct {
 
 func (x *BlockVersionsRequest) Reset() {
 	*x = BlockVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2864,7 +2947,7 @@ func (x *BlockVersionsRequest) String() string {
 func (*BlockVersionsRequest) ProtoMessage() {}
 
 func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2877,7 +2960,7 @@ func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
 func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
@@ -2920,7 +3003,7 @@ type BlockVersionsResponse struct {
 
 func (x *BlockVersionsResponse) Reset() {
 	*x = BlockVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2932,7 +3015,7 @@ func (x *BlockVersionsResponse) String() string {
 func (*BlockVersionsResponse) ProtoMessage() {}
 
 func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2945,7 +3028,7 @@ func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
@@ -2979,7 +3062,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3074,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3087,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
@@ -3076,7 +3159,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3171,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3184,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PruneVersionsResponse) GetBlocks() int64 {
@@ -3139,7 +3222,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3234,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3247,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -3217,7 +3300,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3312,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3325,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -3302,7 +3385,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3314,7 +3397,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3327,7 +3410,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 type InventoryRequest struct {
@@ -3341,7 +3424,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3353,7 +3436,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3366,7 +3449,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -3401,7 +3484,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3496,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3509,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -3459,7 +3542,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3554,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3567,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -3512,7 +3595,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3524,7 +3607,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3537,7 +3620,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -3591,7 +3674,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +3686,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +3699,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -3637,7 +3720,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3732,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3745,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3697,7 +3780,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3792,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3805,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3757,7 +3840,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3852,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3865,7 @@ func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51, 0}
 }
 
 func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
@@ -3831,7 +3914,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\aPGUsage\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x16\n" +
-	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\xdc\x02\n" +
+	"\x06chunks\x18\x03 \x01(\x03R\x06chunks\"\x99\x03\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x126\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\".plumeria.v1.HeartbeatRequest.KindR\x04kind\x12\x1b\n" +
@@ -3841,11 +3924,18 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x05 \x01(\x03R\rcapacityBytes\x12*\n" +
 	"\x05usage\x18\x06 \x03(\v2\x14.plumeria.v1.PGUsageR\x05usage\x12\x12\n" +
 	"\x04addr\x18\a \x01(\tR\x04addr\x12$\n" +
-	"\x02io\x18\b \x01(\v2\x14.plumeria.v1.IOStatsR\x02io\"3\n" +
+	"\x02io\x18\b \x01(\v2\x14.plumeria.v1.IOStatsR\x02io\x12;\n" +
+	"\fvolume_bytes\x18\t \x03(\v2\x18.plumeria.v1.VolumeBytesR\vvolumeBytes\"3\n" +
 	"\x04Kind\x12\t\n" +
 	"\x05BRICK\x10\x00\x12\x0f\n" +
 	"\vCOORDINATOR\x10\x01\x12\x0f\n" +
-	"\vLOCK_SERVER\x10\x02\"\xc9\x01\n" +
+	"\vLOCK_SERVER\x10\x02\"z\n" +
+	"\vVolumeBytes\x12\x10\n" +
+	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x1d\n" +
+	"\n" +
+	"live_bytes\x18\x02 \x01(\x03R\tliveBytes\x12#\n" +
+	"\rhistory_bytes\x18\x03 \x01(\x03R\fhistoryBytes\x12\x15\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xc9\x01\n" +
 	"\aIOStats\x12\x19\n" +
 	"\bread_ops\x18\x01 \x01(\x04R\areadOps\x12\x1d\n" +
 	"\n" +
@@ -4107,7 +4197,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 65)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -4119,143 +4209,145 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*RegisterBrickResponse)(nil),         // 7: plumeria.v1.RegisterBrickResponse
 	(*PGUsage)(nil),                       // 8: plumeria.v1.PGUsage
 	(*HeartbeatRequest)(nil),              // 9: plumeria.v1.HeartbeatRequest
-	(*IOStats)(nil),                       // 10: plumeria.v1.IOStats
-	(*HeartbeatResponse)(nil),             // 11: plumeria.v1.HeartbeatResponse
-	(*GetMapRequest)(nil),                 // 12: plumeria.v1.GetMapRequest
-	(*GetMapResponse)(nil),                // 13: plumeria.v1.GetMapResponse
-	(*CreateVolumeRequest)(nil),           // 14: plumeria.v1.CreateVolumeRequest
-	(*CreateVolumeResponse)(nil),          // 15: plumeria.v1.CreateVolumeResponse
-	(*FenceRequest)(nil),                  // 16: plumeria.v1.FenceRequest
-	(*FenceResponse)(nil),                 // 17: plumeria.v1.FenceResponse
-	(*SnapshotRequest)(nil),               // 18: plumeria.v1.SnapshotRequest
-	(*SnapshotResponse)(nil),              // 19: plumeria.v1.SnapshotResponse
-	(*DeleteSnapshotRequest)(nil),         // 20: plumeria.v1.DeleteSnapshotRequest
-	(*DeleteSnapshotResponse)(nil),        // 21: plumeria.v1.DeleteSnapshotResponse
-	(*SetSnapshotScheduleRequest)(nil),    // 22: plumeria.v1.SetSnapshotScheduleRequest
-	(*SetSnapshotScheduleResponse)(nil),   // 23: plumeria.v1.SetSnapshotScheduleResponse
-	(*DrainBrickRequest)(nil),             // 24: plumeria.v1.DrainBrickRequest
-	(*DrainBrickResponse)(nil),            // 25: plumeria.v1.DrainBrickResponse
-	(*RemoveBrickRequest)(nil),            // 26: plumeria.v1.RemoveBrickRequest
-	(*RemoveBrickResponse)(nil),           // 27: plumeria.v1.RemoveBrickResponse
-	(*PGSyncedRequest)(nil),               // 28: plumeria.v1.PGSyncedRequest
-	(*PGSyncedResponse)(nil),              // 29: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),          // 30: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil),         // 31: plumeria.v1.ReplicaFailedResponse
-	(*RegisterLockServerRequest)(nil),     // 32: plumeria.v1.RegisterLockServerRequest
-	(*RegisterLockServerResponse)(nil),    // 33: plumeria.v1.RegisterLockServerResponse
-	(*OpenSessionRequest)(nil),            // 34: plumeria.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),           // 35: plumeria.v1.OpenSessionResponse
-	(*RecordRecoveredRequest)(nil),        // 36: plumeria.v1.RecordRecoveredRequest
-	(*RecordRecoveredResponse)(nil),       // 37: plumeria.v1.RecordRecoveredResponse
-	(*CloseSessionRequest)(nil),           // 38: plumeria.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),          // 39: plumeria.v1.CloseSessionResponse
-	(*StatusRequest)(nil),                 // 40: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),                // 41: plumeria.v1.StatusResponse
-	(*Writer)(nil),                        // 42: plumeria.v1.Writer
-	(*WriteRequest)(nil),                  // 43: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),                 // 44: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                        // 45: plumeria.v1.Extent
-	(*WriteResponse)(nil),                 // 46: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                   // 47: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                  // 48: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),               // 49: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),              // 50: plumeria.v1.DecommitResponse
-	(*BlockVersionsRequest)(nil),          // 51: plumeria.v1.BlockVersionsRequest
-	(*BlockVersionsResponse)(nil),         // 52: plumeria.v1.BlockVersionsResponse
-	(*PruneVersionsRequest)(nil),          // 53: plumeria.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),         // 54: plumeria.v1.PruneVersionsResponse
-	(*BlockOp)(nil),                       // 55: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 56: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 57: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 58: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 59: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 60: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 61: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 62: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 63: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 64: plumeria.v1.FetchBlockResponse
-	nil,                                   // 65: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 66: plumeria.v1.BlockVersionsResponse.Version
+	(*VolumeBytes)(nil),                   // 10: plumeria.v1.VolumeBytes
+	(*IOStats)(nil),                       // 11: plumeria.v1.IOStats
+	(*HeartbeatResponse)(nil),             // 12: plumeria.v1.HeartbeatResponse
+	(*GetMapRequest)(nil),                 // 13: plumeria.v1.GetMapRequest
+	(*GetMapResponse)(nil),                // 14: plumeria.v1.GetMapResponse
+	(*CreateVolumeRequest)(nil),           // 15: plumeria.v1.CreateVolumeRequest
+	(*CreateVolumeResponse)(nil),          // 16: plumeria.v1.CreateVolumeResponse
+	(*FenceRequest)(nil),                  // 17: plumeria.v1.FenceRequest
+	(*FenceResponse)(nil),                 // 18: plumeria.v1.FenceResponse
+	(*SnapshotRequest)(nil),               // 19: plumeria.v1.SnapshotRequest
+	(*SnapshotResponse)(nil),              // 20: plumeria.v1.SnapshotResponse
+	(*DeleteSnapshotRequest)(nil),         // 21: plumeria.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil),        // 22: plumeria.v1.DeleteSnapshotResponse
+	(*SetSnapshotScheduleRequest)(nil),    // 23: plumeria.v1.SetSnapshotScheduleRequest
+	(*SetSnapshotScheduleResponse)(nil),   // 24: plumeria.v1.SetSnapshotScheduleResponse
+	(*DrainBrickRequest)(nil),             // 25: plumeria.v1.DrainBrickRequest
+	(*DrainBrickResponse)(nil),            // 26: plumeria.v1.DrainBrickResponse
+	(*RemoveBrickRequest)(nil),            // 27: plumeria.v1.RemoveBrickRequest
+	(*RemoveBrickResponse)(nil),           // 28: plumeria.v1.RemoveBrickResponse
+	(*PGSyncedRequest)(nil),               // 29: plumeria.v1.PGSyncedRequest
+	(*PGSyncedResponse)(nil),              // 30: plumeria.v1.PGSyncedResponse
+	(*ReplicaFailedRequest)(nil),          // 31: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),         // 32: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),     // 33: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil),    // 34: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),            // 35: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),           // 36: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),        // 37: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),       // 38: plumeria.v1.RecordRecoveredResponse
+	(*CloseSessionRequest)(nil),           // 39: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),          // 40: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),                 // 41: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),                // 42: plumeria.v1.StatusResponse
+	(*Writer)(nil),                        // 43: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 44: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 45: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 46: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 47: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 48: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 49: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 50: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 51: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 52: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 53: plumeria.v1.BlockVersionsResponse
+	(*PruneVersionsRequest)(nil),          // 54: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 55: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 56: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 57: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 58: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 59: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 60: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 61: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 62: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 63: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 64: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 65: plumeria.v1.FetchBlockResponse
+	nil,                                   // 66: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 67: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	65, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	66, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
-	10, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
-	42, // 4: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	45, // 5: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	42, // 6: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	42, // 7: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	66, // 8: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	42, // 9: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 10: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	42, // 11: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	55, // 12: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	59, // 13: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	55, // 14: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 15: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 16: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 17: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 18: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	12, // 19: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	14, // 20: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	16, // 21: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	18, // 22: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	20, // 23: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	22, // 24: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	24, // 25: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	26, // 26: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	28, // 27: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	30, // 28: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	40, // 29: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	32, // 30: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	34, // 31: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	36, // 32: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	38, // 33: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	43, // 34: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	44, // 35: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	47, // 36: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	49, // 37: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	56, // 38: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	58, // 39: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	61, // 40: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	63, // 41: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	51, // 42: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	53, // 43: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	3,  // 44: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 45: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 46: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	11, // 47: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	13, // 48: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	15, // 49: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	17, // 50: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	19, // 51: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	21, // 52: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	23, // 53: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	25, // 54: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	27, // 55: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	29, // 56: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	31, // 57: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	41, // 58: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	33, // 59: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	35, // 60: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	37, // 61: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	39, // 62: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	46, // 63: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	46, // 64: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	48, // 65: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	50, // 66: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	57, // 67: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	60, // 68: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	62, // 69: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	64, // 70: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	52, // 71: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	54, // 72: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	44, // [44:73] is the sub-list for method output_type
-	15, // [15:44] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
+	10, // 4: plumeria.v1.HeartbeatRequest.volume_bytes:type_name -> plumeria.v1.VolumeBytes
+	43, // 5: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	46, // 6: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	43, // 7: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	43, // 8: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	67, // 9: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	43, // 10: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 11: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	43, // 12: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	56, // 13: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	60, // 14: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	56, // 15: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 16: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 17: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 18: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 19: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	13, // 20: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	15, // 21: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	17, // 22: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	19, // 23: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	21, // 24: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	23, // 25: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	25, // 26: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	27, // 27: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	29, // 28: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	31, // 29: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	41, // 30: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	33, // 31: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	35, // 32: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	37, // 33: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	39, // 34: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	44, // 35: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	45, // 36: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	48, // 37: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	50, // 38: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	57, // 39: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	59, // 40: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	62, // 41: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	64, // 42: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	52, // 43: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	54, // 44: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	3,  // 45: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 46: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 47: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 48: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 49: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 50: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 51: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 52: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 53: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 54: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 55: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 56: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 57: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	32, // 58: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	42, // 59: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	34, // 60: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	36, // 61: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	38, // 62: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	40, // 63: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	47, // 64: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	47, // 65: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	49, // 66: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	51, // 67: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	58, // 68: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	61, // 69: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	63, // 70: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	65, // 71: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	53, // 72: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	55, // 73: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	45, // [45:74] is the sub-list for method output_type
+	16, // [16:45] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -4269,7 +4361,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   65,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
