@@ -97,11 +97,13 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 func (s *Server) Heartbeat(ctx context.Context, r *pb.HeartbeatRequest) (*pb.HeartbeatResponse, error) {
 	return forward(s, ctx, func() (*pb.HeartbeatResponse, error) {
 		now := time.Now()
+		vols := s.fsm.Map() // which volumes exist, for the space counts
 		s.mu.Lock()
 		s.mu.seen[r.Name] = now
 		s.mu.epochs[r.Name] = r.MapEpoch
 		if r.Kind == pb.HeartbeatRequest_BRICK {
-			u := brickUsage{used: r.UsedBytes, capacity: r.CapacityBytes, chunks: map[pgKey]int64{}}
+			u := brickUsage{used: r.UsedBytes, capacity: r.CapacityBytes, chunks: map[pgKey]int64{},
+				space: mergeSpace(s.mu.usage[r.Name].space, r.VolumeBytes, vols, now)}
 			for _, pu := range r.Usage {
 				u.chunks[pgKey{pu.Vol, pu.Pg}] = pu.Chunks
 			}

@@ -80,6 +80,15 @@ type brickUsage struct {
 	used, capacity int64
 	chunks         map[pgKey]int64
 	io             *iostat.Snapshot // nil: the brick sent none
+	// space: the brick's latest count of each volume's live and history
+	// bytes (brick/history.go); kept across heartbeats that carry none.
+	space map[uint64]volumeSpace
+}
+
+// volumeSpace is one brick's count of one volume's bytes.
+type volumeSpace struct {
+	live, history int64
+	taken         time.Time // when the count started, by this coordinator's clock
 }
 
 type pgKey struct {

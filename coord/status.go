@@ -81,6 +81,14 @@ type VolumeStatus struct {
 	FileVersions bool `json:"file_versions,omitempty"`
 	// Schedule is the volume's snapshot schedule, if any.
 	Schedule *clustermap.SnapshotSchedule `json:"snapshot_schedule,omitempty"`
+	// LiveBytes and HistoryBytes: the bytes of the records the live volume
+	// reads, and of those kept only for snapshots and file versions, summed
+	// over the up bricks' latest counts: raw bytes on disk, every replica
+	// counted. SpaceReportMsAgo is the age of the oldest count in the sums
+	// (-1: no brick has reported the volume yet, and both are 0).
+	LiveBytes        int64 `json:"live_bytes"`
+	HistoryBytes     int64 `json:"history_bytes"`
+	SpaceReportMsAgo int64 `json:"space_report_ms_ago"`
 }
 
 func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -128,7 +136,9 @@ func (s *Server) status(now time.Time) Status {
 	}
 	st.Sessions = m.Sessions
 	for _, v := range m.Volumes {
-		st.Volumes = append(st.Volumes, volumeStatus(m, v, s.mu.usage))
+		vs := volumeStatus(m, v, s.mu.usage)
+		vs.LiveBytes, vs.HistoryBytes, vs.SpaceReportMsAgo = volumeSpaceSum(m, v.ID, s.mu.usage, now)
+		st.Volumes = append(st.Volumes, vs)
 	}
 	return st
 }
@@ -167,4 +177,41 @@ func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brick
 	sort.Strings(vs.Snapshots)
 	vs.Schedule = v.Schedule
 	return vs
+}
+
+// volumeSpaceSum sums the up bricks' latest counts of vol's live and
+// history bytes and returns the age of the oldest (-1: none). A down
+// brick's count is left out: its disk serves nothing, and what it held
+// may already be copied elsewhere.
+func volumeSpaceSum(m *clustermap.Map, vol uint64, usage map[string]brickUsage, now time.Time) (live, history, ageMs int64) {
+	ageMs = -1
+	for name, u := range usage {
+		sp, ok := u.space[vol]
+		if b := m.Brick(name); !ok || b == nil || b.State != clustermap.BrickUp {
+			continue
+		}
+		live += sp.live
+		history += sp.history
+		ageMs = max(ageMs, now.Sub(sp.taken).Milliseconds())
+	}
+	return live, history, ageMs
+}
+
+// mergeSpace returns a brick's counts after a heartbeat at now carrying
+// got: old's, replaced by got's for the volumes got has, without volumes
+// m no longer has.
+func mergeSpace(old map[uint64]volumeSpace, got []*pb.VolumeBytes, m *clustermap.Map, now time.Time) map[uint64]volumeSpace {
+	out := make(map[uint64]volumeSpace, len(m.Volumes))
+	for _, v := range m.Volumes {
+		if sp, ok := old[v.ID]; ok {
+			out[v.ID] = sp
+		}
+	}
+	for _, vb := range got {
+		if m.VolumeByID(vb.Vol) == nil {
+			continue
+		}
+		out[vb.Vol] = volumeSpace{live: vb.LiveBytes, history: vb.HistoryBytes, taken: now.Add(-time.Duration(max(vb.AgeMs, 0)) * time.Millisecond)}
+	}
+	return out
 }

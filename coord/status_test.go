@@ -2,8 +2,10 @@ package coord
 
 import (
 	"testing"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
 // TestVolumeStatusDownReplicas: a PG whose in-sync members include down
@@ -70,4 +72,45 @@ func TestVolumeStatusDownReplicas(t *testing.T) {
 	}
 	check(n2, "two", 4, 4)
 	check(n2, "three", 4, 0)
+}
+
+// TestVolumeSpace: a volume's live and history bytes are the sums of the
+// up bricks' latest counts, dated by the oldest; a heartbeat without
+// counts keeps the brick's last ones, and counts of volumes the map no
+// longer has are dropped.
+func TestVolumeSpace(t *testing.T) {
+	now := time.Unix(1000, 0)
+	m := &clustermap.Map{Epoch: 1, Volumes: []clustermap.Volume{{ID: 1, Name: "one"}, {ID: 2, Name: "two"}},
+		Bricks: []clustermap.Brick{{Name: "b1", State: clustermap.BrickUp}, {Name: "b2", State: clustermap.BrickUp}, {Name: "b3", State: clustermap.BrickDown}}}
+	usage := map[string]brickUsage{}
+	beat := func(b string, at time.Time, vbs ...*pb.VolumeBytes) {
+		u := usage[b]
+		u.space = mergeSpace(u.space, vbs, m, at)
+		usage[b] = u
+	}
+	check := func(what string, vol uint64, live, history, ageMs int64) {
+		t.Helper()
+		l, h, a := volumeSpaceSum(m, vol, usage, now)
+		if l != live || h != history || a != ageMs {
+			t.Errorf("%s: vol %d: live %d history %d age %d ms; want %d %d %d", what, vol, l, h, a, live, history, ageMs)
+		}
+	}
+	check("nothing reported", 1, 0, 0, -1)
+	beat("b1", now.Add(-time.Second), &pb.VolumeBytes{Vol: 1, LiveBytes: 10, HistoryBytes: 5, AgeMs: 500}, &pb.VolumeBytes{Vol: 9, LiveBytes: 1})
+	beat("b2", now, &pb.VolumeBytes{Vol: 1, LiveBytes: 20, HistoryBytes: 7, AgeMs: 100}, &pb.VolumeBytes{Vol: 2, LiveBytes: 3})
+	beat("b3", now, &pb.VolumeBytes{Vol: 1, LiveBytes: 1000, HistoryBytes: 1000})
+	check("reported", 1, 30, 12, 1500)
+	check("reported", 2, 3, 0, 0)
+	if _, ok := usage["b1"].space[9]; ok {
+		t.Errorf("b1 keeps a count of volume 9, which the map lacks")
+	}
+	beat("b1", now)
+	check("heartbeat without counts", 1, 30, 12, 1500)
+	beat("b1", now, &pb.VolumeBytes{Vol: 1, LiveBytes: 10, HistoryBytes: 1})
+	check("history pruned at b1", 1, 30, 8, 100)
+	m.Volumes = m.Volumes[1:]
+	beat("b2", now)
+	if _, ok := usage["b2"].space[1]; ok {
+		t.Errorf("b2 keeps a count of deleted volume 1")
+	}
 }

@@ -1,0 +1,183 @@
+package brick_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/plumeria-fs/plumeria/brick"
+	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/netmux"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/volume"
+)
+
+// startCluster runs a coordinator and n bricks counting history every
+// historyEvery, in this process on loopback; all stop at cleanup.
+func startCluster(t *testing.T, n int, historyEvery time.Duration) *coordclient.Client {
+	t.Helper()
+	dir := t.TempDir()
+	serve := func() (*netmux.Mux, *grpc.Server) {
+		mux, err := netmux.Listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mux, grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
+	}
+	mux, gs := serve()
+	c, err := coord.Start(coord.Config{Name: "c1", Addr: mux.Addr().String(), DataDir: filepath.Join(dir, "c1"),
+		Registerer: prometheus.NewRegistry()}, mux.Raft(), gs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(mux.GRPC())
+	t.Cleanup(func() { gs.Stop(); c.Stop(); mux.Close() })
+	cl, err := coordclient.New(mux.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	for i := range n {
+		name := fmt.Sprintf("b%d", i)
+		bmux, bgs := serve()
+		b, err := brick.New(brick.Config{Name: name, Addr: bmux.Addr().String(), DataDir: filepath.Join(dir, name),
+			Domain: map[string]string{"host": name}, Coord: cl, HistoryInterval: historyEvery}, bgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go bgs.Serve(bmux.GRPC())
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = b.Run(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { bgs.Stop(); b.Stop(); bmux.Close() })
+	}
+	return cl
+}
+
+func call(t *testing.T, cl *coordclient.Client, what string, fn func(context.Context, pb.CoordinatorClient) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cl.Call(ctx, fn); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func volumeStatus(t *testing.T, cl *coordclient.Client, name string) coord.VolumeStatus {
+	t.Helper()
+	var st coord.Status
+	call(t, cl, "status", func(ctx context.Context, c pb.CoordinatorClient) error {
+		r, err := c.Status(ctx, &pb.StatusRequest{})
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal(r.StatusJson, &st)
+	})
+	for _, v := range st.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("status has no volume %q: %+v", name, st.Volumes)
+	return coord.VolumeStatus{}
+}
+
+// waitSpace waits (at most 30 s) until status shows name's bytes as ok
+// says, and returns them.
+func waitSpace(t *testing.T, cl *coordclient.Client, name, what string, ok func(v coord.VolumeStatus) bool) coord.VolumeStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		v := volumeStatus(t, cl, name)
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: status never showed it; last: live %d history %d report %d ms ago",
+				what, v.LiveBytes, v.HistoryBytes, v.SpaceReportMsAgo)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestHistoryBytesInStatus: blocks written three times across two
+// snapshots on a 2-replica volume hold, on the bricks, one live and two
+// history versions per block per replica; status shows that, and the
+// history falls by half when one snapshot is deleted and to nothing when
+// the other is (the prune removes what no reader reads; the next count
+// sees it), while the live bytes stay.
+func TestHistoryBytesInStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cl := startCluster(t, 2, 200*time.Millisecond)
+	const name, blocks = "hist", 8
+	call(t, cl, "create volume", func(ctx context.Context, c pb.CoordinatorClient) error {
+		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: 2, Pgs: 4})
+		return err
+	})
+	ctx := context.Background()
+	v, err := volume.Open(ctx, cl, name, volume.Options{Writer: "w", Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	snapshot := func(snap string) {
+		call(t, cl, "snapshot "+snap, func(ctx context.Context, c pb.CoordinatorClient) error {
+			_, err := c.Snapshot(ctx, &pb.SnapshotRequest{Volume: name, Name: snap})
+			return err
+		})
+	}
+	for i, snap := range []string{"s1", "s2", ""} {
+		if err := v.WriteAt(ctx, bytes.Repeat([]byte{byte(i + 1)}, blocks*limits.BlockBytes), 0); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		if snap != "" {
+			snapshot(snap)
+		}
+	}
+	// Each put's record is a block and a header: between one and two
+	// blocks' worth.
+	const liveMin, liveMax = 2 * blocks * limits.BlockBytes, 2 * 2 * blocks * limits.BlockBytes
+	st := waitSpace(t, cl, name, "two snapshots", func(v coord.VolumeStatus) bool {
+		return v.LiveBytes >= liveMin && v.HistoryBytes == 2*v.LiveBytes
+	})
+	if st.LiveBytes > liveMax || st.SpaceReportMsAgo < 0 || st.SpaceReportMsAgo > 10_000 {
+		t.Fatalf("two snapshots: live %d (want [%d, %d]), report %d ms ago", st.LiveBytes, liveMin, liveMax, st.SpaceReportMsAgo)
+	}
+	live := st.LiveBytes
+	t.Logf("two snapshots: live %d history %d bytes, report %d ms old", st.LiveBytes, st.HistoryBytes, st.SpaceReportMsAgo)
+
+	for _, step := range []struct {
+		snap    string
+		history int64
+	}{
+		{"s1", live}, // the versions of gen 1: only s1 read them
+		{"s2", 0},
+	} {
+		call(t, cl, "delete snapshot "+step.snap, func(ctx context.Context, c pb.CoordinatorClient) error {
+			_, err := c.DeleteSnapshot(ctx, &pb.DeleteSnapshotRequest{Volume: name, Name: step.snap})
+			return err
+		})
+		start := time.Now()
+		st := waitSpace(t, cl, name, "deleted "+step.snap, func(v coord.VolumeStatus) bool {
+			if v.LiveBytes != live {
+				t.Fatalf("deleted %s: live bytes %d, were %d", step.snap, v.LiveBytes, live)
+			}
+			return v.HistoryBytes == step.history
+		})
+		t.Logf("deleted %s: live %d history %d bytes after %v", step.snap, st.LiveBytes, st.HistoryBytes, time.Since(start).Round(10*time.Millisecond))
+	}
+}
