@@ -213,7 +213,7 @@ nodes run the same pass every ` + filesys.CleanInterval.String() + `.`,
 		start := time.Now()
 		st, err := n.FS.CleanVersions(cmd.Context(), func(done, total int) {
 			if bar == nil {
-				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("clean "+vol),
+				bar = progressbar.NewOptions(total, progressbar.OptionSetDescription("clean "+vol), progressbar.OptionThrottle(200*time.Millisecond),
 					progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
 					progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
 			}
