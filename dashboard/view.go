@@ -85,6 +85,10 @@ type VolumeView struct {
 	InSyncPct      float64 `json:"in_sync_pct"` // PGs with every replica in sync
 	State          string  `json:"state"`
 	Snapshots      int     `json:"snapshots"`
+	// LiveBytes, HistoryBytes: coord.VolumeStatus's (raw bytes, replicas
+	// counted); -1 until a brick has reported them.
+	LiveBytes    int64 `json:"live_bytes"`
+	HistoryBytes int64 `json:"history_bytes"`
 }
 
 // MemberView is a coordinator or a lock server. Role is "leader",
@@ -237,7 +241,10 @@ func brickView(b coord.BrickStatus) BrickView {
 func volumeView(vol coord.VolumeStatus) VolumeView {
 	vv := VolumeView{Name: vol.Name, Replicas: vol.Replicas, ChunkBytes: vol.ChunkBytes, PGs: vol.PGs, Chunks: vol.Chunks,
 		DegradedChunks: vol.DegradedChunks, DegradedPGs: vol.DegradedPGs, SyncingPGs: vol.SyncingPGs,
-		Snapshots: len(vol.Snapshots), State: "healthy", InSyncPct: 100}
+		Snapshots: len(vol.Snapshots), State: "healthy", InSyncPct: 100, LiveBytes: vol.LiveBytes, HistoryBytes: vol.HistoryBytes}
+	if vol.SpaceReportMsAgo < 0 {
+		vv.LiveBytes, vv.HistoryBytes = -1, -1
+	}
 	if vol.PGs > 0 {
 		vv.InSyncPct = 100 * float64(vol.PGs-vol.DegradedPGs) / float64(vol.PGs)
 	}

@@ -26,7 +26,8 @@ func testStatus() *coord.Status {
 		Volumes: []coord.VolumeStatus{
 			{Name: "ok", PGs: 10, Chunks: 5},
 			{Name: "deg", PGs: 10, DegradedPGs: 4, DegradedChunks: 9, Chunks: 20},
-			{Name: "reb", PGs: 10, DegradedPGs: 5, SyncingPGs: 2, DegradedChunks: 3, Snapshots: []string{"s1", "s2"}},
+			{Name: "reb", PGs: 10, DegradedPGs: 5, SyncingPGs: 2, DegradedChunks: 3, Snapshots: []string{"s1", "s2"},
+				LiveBytes: 300, HistoryBytes: 200, SpaceReportMsAgo: 1000},
 		},
 		LockServers:   []coord.LockServerStatus{{Name: "l1", State: "up", Groups: 128}},
 		Fences:        map[string]uint64{"fs1": 3, "fs2": 5, "fs3": 2},
@@ -85,6 +86,9 @@ func TestBuildView(t *testing.T) {
 	}
 	if v.Volumes[2].Snapshots != 2 {
 		t.Errorf("reb snapshots %d, want 2", v.Volumes[2].Snapshots)
+	}
+	if x, y := v.Volumes[2], v.Volumes[0]; x.LiveBytes != 300 || x.HistoryBytes != 200 || y.LiveBytes != 0 || y.HistoryBytes != 0 {
+		t.Errorf("live/history bytes: reb %d/%d, want 300/200; ok (reported 0 ms ago) %d/%d, want 0/0", x.LiveBytes, x.HistoryBytes, y.LiveBytes, y.HistoryBytes)
 	}
 	roles := []string{}
 	for _, c := range v.Coordinators {

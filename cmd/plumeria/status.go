@@ -103,7 +103,7 @@ func printStatus(st *coord.Status) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.Name, b.Addr, colour(state), humanBytes(b.UsedBytes), humanBytes(b.CapacityBytes), b.PGs, strings.Join(dom, ","))
 	}
-	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tSNAPSHOTS")
+	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSNAPSHOTS")
 	for _, v := range st.Volumes {
 		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)
 		if v.UnavailablePGs > 0 {
@@ -119,9 +119,20 @@ func printStatus(st *coord.Status) {
 		if sc := v.Schedule; sc != nil {
 			snaps += " [" + sc.String() + "]"
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs, snaps)
+		live, history := spaceColumns(v)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs,
+			live, history, snaps)
 	}
 	w.Flush()
+}
+
+// spaceColumns returns the LIVE and HISTORY cells of v: raw bytes on the
+// bricks, every replica counted; "-" until a brick has reported them.
+func spaceColumns(v coord.VolumeStatus) (live, history string) {
+	if v.SpaceReportMsAgo < 0 {
+		return "-", "-"
+	}
+	return humanBytes(v.LiveBytes), humanBytes(v.HistoryBytes)
 }
 
 // colour marks states on a terminal.

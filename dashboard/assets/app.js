@@ -136,12 +136,13 @@ function renderTables(v) {
     `<small>${b.used_pct.toFixed(1)}% of ${bytes(b.capacity_bytes)}</small></td>` +
     `<td class="num">${b.pgs}</td><td class="num">${ago(b.last_seen_ms_ago)}</td></tr>`);
 
-  rows($("volumes").tBodies[0], v.volumes, 9, (x) =>
+  rows($("volumes").tBodies[0], v.volumes, 11, (x) =>
     `<tr data-volume="${esc(x.name)}" data-state="${esc(x.state)}">` +
     `<td><b>${esc(x.name)}</b></td><td>${pill(x.state)}</td><td class="num">${x.replicas}</td>` +
     `<td class="barcol">${bar(x.in_sync_pct, x.in_sync_pct < 100 ? "warn" : "ok")}<small>${x.pgs - x.degraded_pgs} of ${x.pgs}</small></td>` +
     `<td class="num">${num(x.chunks)}</td><td class="num">${num(x.degraded_chunks)}</td><td class="num">${x.degraded_pgs}</td>` +
-    `<td class="num">${x.syncing_pgs}</td><td class="num">${x.snapshots}</td></tr>`);
+    `<td class="num">${x.syncing_pgs}</td><td class="num">${x.snapshots}</td>` +
+    `<td class="num">${x.live_bytes < 0 ? "–" : bytes(x.live_bytes)}</td><td class="num">${x.history_bytes < 0 ? "–" : bytes(x.history_bytes)}</td></tr>`);
 
   rows($("sessions").tBodies[0], v.sessions, 5, (s) =>
     `<tr data-session="${esc(s.clerk)}/${s.session}" data-clerk="${esc(s.clerk)}" data-state="${esc(s.state)}">` +
