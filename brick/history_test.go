@@ -94,6 +94,21 @@ func volumeStatus(t *testing.T, cl *coordclient.Client, name string) coord.Volum
 	return coord.VolumeStatus{}
 }
 
+// createVolume creates a 2-replica volume and opens it.
+func createVolume(t *testing.T, cl *coordclient.Client, name string, fileVersions bool) *volume.Volume {
+	t.Helper()
+	call(t, cl, "create volume", func(ctx context.Context, c pb.CoordinatorClient) error {
+		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: 2, Pgs: 4, FileVersions: fileVersions})
+		return err
+	})
+	v, err := volume.Open(context.Background(), cl, name, volume.Options{Writer: "w-" + name, Registerer: prometheus.NewRegistry()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(v.Close)
+	return v
+}
+
 // waitSpace waits (at most 30 s) until status shows name's bytes as ok
 // says, and returns them.
 func waitSpace(t *testing.T, cl *coordclient.Client, name, what string, ok func(v coord.VolumeStatus) bool) coord.VolumeStatus {
@@ -124,16 +139,8 @@ func TestHistoryBytesInStatus(t *testing.T) {
 	}
 	cl := startCluster(t, 2, 200*time.Millisecond)
 	const name, blocks = "hist", 8
-	call(t, cl, "create volume", func(ctx context.Context, c pb.CoordinatorClient) error {
-		_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: name, Replicas: 2, Pgs: 4})
-		return err
-	})
+	v := createVolume(t, cl, name, false)
 	ctx := context.Background()
-	v, err := volume.Open(ctx, cl, name, volume.Options{Writer: "w", Registerer: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(v.Close)
 	snapshot := func(snap string) {
 		call(t, cl, "snapshot "+snap, func(ctx context.Context, c pb.CoordinatorClient) error {
 			_, err := c.Snapshot(ctx, &pb.SnapshotRequest{Volume: name, Name: snap})
@@ -180,4 +187,39 @@ func TestHistoryBytesInStatus(t *testing.T) {
 		})
 		t.Logf("deleted %s: live %d history %d bytes after %v", step.snap, st.LiveBytes, st.HistoryBytes, time.Since(start).Round(10*time.Millisecond))
 	}
+}
+
+// TestHistoryBytesFileVersions: blocks written at three file versions of
+// one generation hold two history versions each (the closed file
+// versions 1 and 2); status shows them, and they go when the version
+// cleaner prunes the versions below 3 (Brick.PruneVersions).
+func TestHistoryBytesFileVersions(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cl := startCluster(t, 2, 200*time.Millisecond)
+	const name, blocks = "fvhist", 8
+	v := createVolume(t, cl, name, true)
+	ctx := context.Background()
+	for f := uint32(1); f <= 3; f++ {
+		if err := v.WriteAtVersion(ctx, bytes.Repeat([]byte{byte(f)}, blocks*limits.BlockBytes), 0, f); err != nil {
+			t.Fatalf("write version %d: %v", f, err)
+		}
+	}
+	const liveMin = 2 * blocks * limits.BlockBytes
+	st := waitSpace(t, cl, name, "three file versions", func(v coord.VolumeStatus) bool {
+		return v.LiveBytes >= liveMin && v.HistoryBytes == 2*v.LiveBytes
+	})
+	t.Logf("three file versions: live %d history %d bytes", st.LiveBytes, st.HistoryBytes)
+	start := time.Now()
+	if _, err := v.PruneVersions(ctx, 0, blocks*limits.BlockBytes, nil, 3); err != nil {
+		t.Fatalf("prune versions below 3: %v", err)
+	}
+	after := waitSpace(t, cl, name, "versions 1 and 2 pruned", func(v coord.VolumeStatus) bool {
+		if v.LiveBytes != st.LiveBytes {
+			t.Fatalf("pruned: live bytes %d, were %d", v.LiveBytes, st.LiveBytes)
+		}
+		return v.HistoryBytes == 0
+	})
+	t.Logf("versions 1 and 2 pruned: live %d history %d bytes after %v", after.LiveBytes, after.HistoryBytes, time.Since(start).Round(10*time.Millisecond))
 }
