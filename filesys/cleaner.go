@@ -321,9 +321,10 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 		return fs.ioError("list file versions", hist, err)
 	}
 	byGen := map[uint64][]Version{}
+	pending := !in.Free() && in.Flags&layout.FlagPending != 0
 	b := make([]byte, layout.BlockBytes)
 	for _, f := range fvers {
-		if f == 0 || f > in.FVer {
+		if f == 0 || f > in.FVer || pending && f == in.FVer {
 			continue
 		}
 		if err := fs.vdev.ReadAtVersion(ctx, b, hist, f); err != nil {
@@ -335,38 +336,61 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 		}
 		byGen[rec.Gen] = append(byGen[rec.Gen], versionOf(ino, rec))
 	}
-	if len(byGen) == 0 {
+	if len(byGen) == 0 && !pending {
 		return nil
 	}
 	st.Files++
-	var keep []uint32
-	total := 0
+	var keep, listed []uint32
 	for gen, vs := range byGen {
 		p, ok := incs[gen]
 		if !ok {
 			p = def
 		}
-		total += len(vs)
 		keep = append(keep, p.keptVersions(vs, now)...)
-		if !in.Free() && gen == in.Gen {
-			// The newest version of the file there now is what it reads
-			// (unless changed since): the live volume keeps it anyway.
-			keep = append(keep, vs[len(vs)-1].FVer)
+		for _, v := range vs {
+			listed = append(listed, v.FVer)
 		}
+	}
+	if pending {
+		listed = append(listed, in.FVer) // the inode is its record
+	}
+	if !in.Free() && in.FVer > 0 {
+		// The newest version of the file there now (its record written
+		// or pending) is what it reads unless changed since: kept.
+		keep = append(keep, in.FVer)
 	}
 	slices.Sort(keep)
 	keep = slices.Compact(keep)
-	st.Versions += total
-	if len(keep) == total {
+	kept := 0
+	for _, f := range listed {
+		if _, ok := slices.BinarySearch(keep, f); ok {
+			kept++
+		}
+	}
+	st.Versions += len(listed)
+	if kept == len(listed) {
 		return nil
 	}
 	if len(keep) > keepMax {
 		fs.log.Warn("a file keeps more versions than one prune can name: none dropped", "ino", ino, "kept", len(keep))
 		return nil
 	}
+	if pending {
+		// Write the pending version's record first: the live volume
+		// reads the newest record, which must be its own for the older
+		// ones to go. The inode stays the record (a copy here is the
+		// same: a pending version does not change).
+		b, err := layout.EncodeHistory(pendingRecord(ino, in))
+		if err == nil {
+			err = fs.vdev.WriteDataVersion(ctx, b, hist, in.FVer)
+		}
+		if err != nil {
+			return fs.ioError("write a pending version's record", hist, err)
+		}
+	}
 	if err := pruner.PruneVersions(ctx, layout.ExtentAddr(ino), layout.ExtentBytes, keep, in.FVer+1); err != nil {
 		return fs.ioError("drop file versions", layout.ExtentAddr(ino), err)
 	}
-	st.Dropped += total - len(keep)
+	st.Dropped += len(listed) - kept
 	return nil
 }

@@ -149,7 +149,7 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 	if len(p) == 0 {
 		return 0, nil
 	}
-	fver := fs.openVersion(ino, in)
+	fver := fs.openVersion(t, ino, in)
 	if in.Flags&layout.FlagInline != 0 && end <= inlineCap(in) {
 		if end > uint64(len(in.Inline)) {
 			in.Inline = append(in.Inline, make([]byte, end-uint64(len(in.Inline)))...)
@@ -238,12 +238,12 @@ func (fs *FS) toExtent(ctx context.Context, ino uint64, in *layout.Inode, fver u
 // again (exposeTail), before that change is logged. Clearing them at the
 // truncate instead would reach the volume before the smaller size is
 // logged: a crash between the two left the old size over zeros.
-func (fs *FS) truncate(ctx context.Context, ino uint64, in *layout.Inode, size uint64) error {
+func (fs *FS) truncate(ctx context.Context, t *tx, ino uint64, in *layout.Inode, size uint64) error {
 	fs.pages.drop(ino)
 	if size > layout.FileBytesMax {
 		return fmt.Errorf("%w: size %d past the largest file", ErrFileTooBig, size)
 	}
-	fver := fs.openVersion(ino, in)
+	fver := fs.openVersion(t, ino, in)
 	if in.Flags&layout.FlagInline != 0 {
 		if size <= inlineCap(in) {
 			if size <= uint64(len(in.Inline)) {
@@ -335,7 +335,7 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 			return Attr{}, fmt.Errorf("%w: truncate of inode %d of type %o", ErrInvalid, ino, in.Mode&typeMask)
 		}
 		if *set.Size != in.Size {
-			if err := fs.truncate(ctx, ino, in, *set.Size); err != nil {
+			if err := fs.truncate(ctx, t, ino, in, *set.Size); err != nil {
 				return Attr{}, err
 			}
 		}
@@ -464,13 +464,13 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mod
 				clear(in.Inline[off:zend])
 			}
 		} else if off < min(zend, in.HWM) {
-			if err := fs.zeroRange(ctx, ino, off, min(zend, in.HWM), fs.openVersion(ino, in)); err != nil {
+			if err := fs.zeroRange(ctx, ino, off, min(zend, in.HWM), fs.openVersion(t, ino, in)); err != nil {
 				return err
 			}
 		}
 	}
 	if mode&fallocKeepSize == 0 && end > in.Size {
-		if err := fs.truncate(ctx, ino, in, end); err != nil {
+		if err := fs.truncate(ctx, t, ino, in, end); err != nil {
 			return err
 		}
 	}

@@ -258,6 +258,7 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	rg.Clear(int(ino % layout.InodesPerRG))
 	rg.Encode(b, g, layout.Version(b))
 	fs.pages.drop(ino)
+	fs.materialize(t, ino, in) // the inode that holds a pending version goes
 	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer, NLog: in.NLog})
 }
 

@@ -340,7 +340,7 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 		}
 	}
 	if isReg(in) && fs.vdev != nil {
-		fs.openVersion(ino, in) // a new file's first close makes its first version
+		fs.openVersion(t, ino, in) // a new file's first close makes its first version
 		if err := t.putInode(ino, in); err != nil {
 			return Attr{}, 0, err
 		}

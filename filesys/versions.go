@@ -20,14 +20,18 @@ import (
 //     makes it. The bricks keep a block's newest bytes of every version,
 //     so a read at version f sees the file's extent as that version left
 //     it; blocks no later version changed are shared, never copied.
-//   - The close writes the version's history record (its size,
-//     attributes, time, node, and the bytes of a file stored inline) to
-//     the extent's history block (layout/history.go) at f, then logs the
-//     inode with fver = f. The log batch that carries that record waits
-//     for every data write issued before it (ordered data, data.go), so a
-//     version whose record is durable has all its bytes; a crash before
-//     the record is durable leaves no version (the next close makes f
-//     again, over what was written at f).
+//   - The close logs the inode with fver = f, FlagPending, the time and
+//     the node: until the file changes again, the inode is version f's
+//     record (its size, attributes, and the bytes of a file stored
+//     inline). The log batch carrying it waits for every data write
+//     issued before it (ordered data, data.go), so a durable version has
+//     all its bytes; a crash before it is durable leaves no version (the
+//     next close makes f again, over what was written at f).
+//   - Before the file next changes, or is freed, the record is written to
+//     the extent's history block (layout/history.go) at f (materialize),
+//     and the transaction of that change waits for it (tx.ordered): a
+//     file created, written and closed once costs no write of its own
+//     for its version.
 //   - fver is kept when an inode is freed and reused, so versions of one
 //     extent never decrease; a freed file's extent is decommitted at the
 //     version after its last, which leaves its versions readable.
@@ -46,11 +50,14 @@ var ErrTooManyVersions = errors.New("file has the most versions a file can have"
 
 // openVersion returns the file version ino's writes belong to now (0 when
 // the volume keeps none), and marks the inode changed since its newest
-// version. The caller holds the inode's lock in write mode and stores in.
-func (fs *FS) openVersion(ino uint64, in *layout.Inode) uint32 {
+// version, writing the newest version's record first if it is pending
+// (t's log batch then waits for it). The caller holds the inode's lock in
+// write mode and stores in.
+func (fs *FS) openVersion(t *tx, ino uint64, in *layout.Inode) uint32 {
 	if fs.vdev == nil || !isReg(in) {
 		return 0
 	}
+	fs.materialize(t, ino, in)
 	in.Flags |= layout.FlagModified
 	fs.modified.Lock()
 	if fs.modified.inos == nil {
@@ -125,21 +132,12 @@ func (fs *FS) makeVersion(ctx context.Context, ino uint64) error {
 	if f > fverMax {
 		return fmt.Errorf("%w: inode %d", ErrTooManyVersions, ino)
 	}
-	v := &layout.FileVersion{Ino: ino, Gen: in.Gen, FVer: f, Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
-		Closed: fs.now(), Mtime: in.Mtime, Ctime: in.Ctime, Node: nodeName(fs.cfg.ID),
-		Inline: in.Flags&layout.FlagInline != 0}
-	if v.Inline {
-		v.Data = slices.Clone(in.Inline)
-	}
-	b, err := layout.EncodeHistory(v)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrIO, err)
-	}
-	// Written behind: the log batch that records fver = f waits for it
-	// and for the version's data (t may expose data: not hidesData).
-	fs.data.write(ctx, ino, b, layout.HistoryOff, f)
+	// The log batch that records fver = f waits for the version's data
+	// (t may expose data: not hidesData).
 	in.FVer = f
-	in.Flags &^= layout.FlagModified
+	in.Flags = in.Flags&^layout.FlagModified | layout.FlagPending
+	in.Closed = time.Time(toTime(fs.now())).UnixNano()
+	in.Node = nodeName(fs.cfg.ID, layout.NodeBytes)
 	if err := t.putInode(ino, in); err != nil {
 		return err
 	}
@@ -152,12 +150,45 @@ func (fs *FS) Created() time.Time { return time.Unix(0, fs.super.Created) }
 // KeepsVersions reports whether the volume keeps file versions.
 func (fs *FS) KeepsVersions() bool { return fs.vdev != nil }
 
-// nodeName fits a node's id into a history record.
-func nodeName(id string) string {
-	if len(id) <= layout.HistoryNodeMax {
+// nodeName fits a node's id into n bytes.
+func nodeName(id string, n int) string {
+	if len(id) <= n {
 		return id
 	}
-	return id[:layout.HistoryNodeMax]
+	return id[:n]
+}
+
+// pendingRecord is the history record of in's pending version (in has
+// FlagPending and is unchanged since).
+func pendingRecord(ino uint64, in *layout.Inode) *layout.FileVersion {
+	v := &layout.FileVersion{Ino: ino, Gen: in.Gen, FVer: in.FVer, Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
+		Closed: fromTime(time.Unix(0, in.Closed)), Mtime: in.Mtime, Ctime: in.Ctime, Node: in.Node,
+		Inline: in.Flags&layout.FlagInline != 0}
+	if v.Inline {
+		v.Data = slices.Clone(in.Inline)
+	}
+	return v
+}
+
+// materialize writes the history record of in's pending version, if any,
+// before the file changes or is freed, and makes t's log batch wait for it
+// (the change in t would lose the inode state that is the record). The
+// caller holds the inode's lock in write mode and stores in.
+func (fs *FS) materialize(t *tx, ino uint64, in *layout.Inode) {
+	if fs.vdev == nil || in.Flags&layout.FlagPending == 0 {
+		return
+	}
+	b, err := layout.EncodeHistory(pendingRecord(ino, in))
+	if err != nil {
+		// Only a corrupt inode can get here (EncodeInode checks the
+		// same bounds): keep the version out rather than stop.
+		fs.log.Warn("a pending file version does not encode: dropped", "ino", ino, "fver", in.FVer, "err", err)
+	} else {
+		fs.data.write(t.ctx, ino, b, layout.HistoryOff, in.FVer)
+		t.ordered = true
+	}
+	in.Flags &^= layout.FlagPending
+	in.Closed, in.Node = 0, ""
 }
 
 // Version is one version of a file, as Versions lists it.
@@ -203,11 +234,12 @@ func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error
 	if err != nil {
 		return nil, fs.ioError("list file versions", hist, err)
 	}
+	pending := !in.Free() && in.Gen == gen && in.Flags&layout.FlagPending != 0
 	var out []Version
 	b := make([]byte, layout.BlockBytes)
 	for _, f := range fvers {
-		if f == 0 || f > in.FVer {
-			continue // untagged, or written by a close whose record never became durable
+		if f == 0 || f > in.FVer || pending && f == in.FVer {
+			continue // untagged, a record of a change never durable, or the inode is the record
 		}
 		if err := fs.vdev.ReadAtVersion(ctx, b, hist, f); err != nil {
 			return nil, fs.ioError("read a file version's record", hist, err)
@@ -220,6 +252,9 @@ func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error
 			continue // an earlier file at this number
 		}
 		out = append(out, versionOf(ino, rec))
+	}
+	if pending {
+		out = append(out, versionOf(ino, pendingRecord(ino, in)))
 	}
 	return out, nil
 }

@@ -233,4 +233,3 @@ nodes run the same pass every ` + filesys.CleanInterval.String() + `.`,
 	}
 	return c
 }
-

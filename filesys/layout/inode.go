@@ -3,6 +3,7 @@ package layout
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -13,8 +14,8 @@ import (
 //	| mode u32 | nlink u32 | uid u32 | gid u32 | rdev u32 | flags u32 | size u64 | hwm u64 | gen u64 |
 //	 48                 60                 72                 84            86           88           96
 //	| atime s i64 ns u32 | mtime s i64 ns u32 | ctime s i64 ns u32 | inline u16 | xattrs u16 | parent u64 |
-//	 96         100         108
-//	| fver u32 | nlog u64 | zero |
+//	 96         100         108               116
+//	| fver u32 | nlog u64 | closed ns i64 | node 12 B |
 //	 128
 //	| inline bytes | xattr bytes | zero ... | (InlineBytes in all)
 //
@@ -40,6 +41,10 @@ import (
 // bytes of the inode number's name log (layout/namelog.go): a directory's
 // history of names; it is kept across reuse too, so the log of an earlier
 // directory at the number stays behind the new one's records.
+// FlagPending (format 2) says version fver's history record is not
+// written yet: the version is the inode itself (FlagModified is clear),
+// closed at closed (unix ns) by node (its first 12 bytes); the record is
+// written before the file next changes or is freed (filesys/versions.go).
 // Part of format version 2: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
@@ -47,6 +52,9 @@ const (
 
 	FlagInline   = 1 << 0 // a regular file's data is in the inline area
 	FlagModified = 1 << 1 // changed since its newest version (format 2)
+	FlagPending  = 1 << 2 // version fver's record is this inode (format 2)
+
+	NodeBytes = 12 // of a node's name kept in the inode
 
 	XattrNameMax = 255
 )
@@ -57,6 +65,8 @@ type Inode struct {
 	Size, HWM, Gen, Parent             uint64
 	FVer                               uint32 // newest file version (format 2)
 	NLog                               uint64 // name log bytes (format 2)
+	Closed                             int64  // FlagPending: when version FVer was made (unix ns)
+	Node                               string // FlagPending: who made it (at most NodeBytes)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
 	Xattrs                             []Xattr
@@ -118,6 +128,11 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	le.PutUint64(p[88:], in.Parent)
 	le.PutUint32(p[96:], in.FVer)
 	le.PutUint64(p[100:], in.NLog)
+	le.PutUint64(p[108:], uint64(in.Closed))
+	if len(in.Node) > NodeBytes {
+		return fmt.Errorf("layout: inode %d: node name of %d bytes (at most %d)", ino, len(in.Node), NodeBytes)
+	}
+	copy(p[116:128], in.Node)
 	q := p[inodeFieldsBytes:]
 	n := copy(q, in.Inline)
 	if len(in.Xattrs) > 0 {
@@ -160,7 +175,8 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 	in := &Inode{
 		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
 		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
-		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]), NLog: le.Uint64(p[100:]),
+		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]), NLog: le.Uint64(p[100:]), Closed: int64(le.Uint64(p[108:])),
+		Node:  strings.TrimRight(string(p[116:128]), "\x00"),
 		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
 	}
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
