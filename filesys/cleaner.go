@@ -321,7 +321,7 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 		return fs.ioError("list file versions", hist, err)
 	}
 	byGen := map[uint64][]Version{}
-	pending := !in.Free() && in.Flags&layout.FlagPending != 0
+	pending := in.Flags&layout.FlagPending != 0 // also of a deleted file (freedInode)
 	b := make([]byte, layout.BlockBytes)
 	for _, f := range fvers {
 		if f == 0 || f > in.FVer || pending && f == in.FVer {
@@ -354,9 +354,11 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 	if pending {
 		listed = append(listed, in.FVer) // the inode is its record
 	}
-	if !in.Free() && in.FVer > 0 {
+	if !in.Free() && in.FVer > 0 || pending {
 		// The newest version of the file there now (its record written
-		// or pending) is what it reads unless changed since: kept.
+		// or pending) is what it reads unless changed since: kept. So
+		// is a deleted file's pending version (its free inode is its
+		// record until the number is reused: the next pass may drop it).
 		keep = append(keep, in.FVer)
 	}
 	slices.Sort(keep)

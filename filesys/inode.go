@@ -222,6 +222,7 @@ func (fs *FS) allocInode(t *tx, h *held, g int, init func(ino uint64, old *layou
 	rg.Set(i)
 	rg.Encode(b, g, layout.Version(b))
 	fs.prefetchAfter(g, rg, i)
+	fs.materialize(t, ino, old) // a deleted file's pending version: its record before its inode goes
 	in := init(ino, old)
 	in.Gen = old.Gen + 1
 	in.FVer = old.FVer // file versions of one extent never decrease
@@ -258,8 +259,26 @@ func (fs *FS) freeInode(t *tx, ino uint64, in *layout.Inode) error {
 	rg.Clear(int(ino % layout.InodesPerRG))
 	rg.Encode(b, g, layout.Version(b))
 	fs.pages.drop(ino)
-	fs.materialize(t, ino, in) // the inode that holds a pending version goes
-	return t.putInode(ino, &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer, NLog: in.NLog})
+	return t.putInode(ino, freedInode(in))
+}
+
+// freedInode returns what a free inode keeps of in: its generation,
+// high-water mark, file version and name log length; and, if the file's
+// newest version is pending (FlagPending: the inode is its record), the
+// record's fields, with the mode in rdev (a free inode's mode is 0) until
+// the number is reused (allocInode writes the record then). Deleting a
+// file written once costs no write for its version either.
+func freedInode(in *layout.Inode) *layout.Inode {
+	free := &layout.Inode{Gen: in.Gen, HWM: in.HWM, FVer: in.FVer, NLog: in.NLog}
+	if in.Flags&layout.FlagPending != 0 && isReg(in) {
+		free.Flags = layout.FlagPending | in.Flags&layout.FlagInline
+		free.Rdev, free.Uid, free.Gid, free.Size = in.Mode, in.Uid, in.Gid, in.Size
+		free.Mtime, free.Ctime, free.Closed, free.Node = in.Mtime, in.Ctime, in.Closed, in.Node
+		if in.Flags&layout.FlagInline != 0 {
+			free.Inline = in.Inline
+		}
+	}
+	return free
 }
 
 // clearExtent decommits a freed regular file's data and records that the

@@ -159,9 +159,14 @@ func nodeName(id string, n int) string {
 }
 
 // pendingRecord is the history record of in's pending version (in has
-// FlagPending and is unchanged since).
+// FlagPending and is unchanged since; a free inode keeps the mode in rdev:
+// freedInode).
 func pendingRecord(ino uint64, in *layout.Inode) *layout.FileVersion {
-	v := &layout.FileVersion{Ino: ino, Gen: in.Gen, FVer: in.FVer, Mode: in.Mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
+	mode := in.Mode
+	if in.Free() {
+		mode = in.Rdev
+	}
+	v := &layout.FileVersion{Ino: ino, Gen: in.Gen, FVer: in.FVer, Mode: mode, Uid: in.Uid, Gid: in.Gid, Size: in.Size,
 		Closed: fromTime(time.Unix(0, in.Closed)), Mtime: in.Mtime, Ctime: in.Ctime, Node: in.Node,
 		Inline: in.Flags&layout.FlagInline != 0}
 	if v.Inline {
@@ -234,7 +239,7 @@ func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error
 	if err != nil {
 		return nil, fs.ioError("list file versions", hist, err)
 	}
-	pending := !in.Free() && in.Gen == gen && in.Flags&layout.FlagPending != 0
+	pending := in.Gen == gen && in.Flags&layout.FlagPending != 0
 	var out []Version
 	b := make([]byte, layout.BlockBytes)
 	for _, f := range fvers {

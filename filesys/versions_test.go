@@ -222,6 +222,15 @@ func TestVersionsOfReusedInode(t *testing.T) {
 	if n, err := fs.ReadVersion(ctx, f.Ino, oldVersions[0], b, 0); err != nil || n != len(old) || !bytes.Equal(b, old) {
 		t.Fatalf("old file's version after reuse: %d %v", n, err)
 	}
+	// Its record was written when the number was reused (its free inode
+	// held it): listed again from there, same bytes.
+	again, err := fs.VersionsOf(ctx, f.Ino, f.Gen)
+	if err != nil || len(again) != 1 || again[0].FVer != oldVersions[0].FVer || !again[0].Closed.Equal(oldVersions[0].Closed) {
+		t.Fatalf("old file's versions after reuse: %+v %v", again, err)
+	}
+	if n, err := fs.ReadVersion(ctx, f.Ino, again[0], b, 0); err != nil || n != len(old) || !bytes.Equal(b, old) {
+		t.Fatalf("old file's version read from its record: %d %v", n, err)
+	}
 }
 
 func TestNoVersionsWithoutDevice(t *testing.T) {
