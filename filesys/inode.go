@@ -136,14 +136,22 @@ const dirReadAhead = 16
 // n is not cached. The caller holds the directory's lock, which covers
 // them all. A failure only leaves them uncached.
 func (d dirBlocks) readAhead(n uint64) {
-	fs := d.t.fs
-	if d.t.staged[layout.DirBlockAddr(d.ino, n)] != nil {
+	d.t.readAhead(layout.DirBlockAddr(d.ino, n), min(dirReadAhead, layout.DirBlocksMax-n), inodeLock(d.ino))
+}
+
+// readAhead caches up to n consecutive blocks from addr (stopping before
+// the first already cached) with one volume read, if the block at addr is
+// not cached or staged. lockID covers them all and the caller holds it. A
+// failure only leaves them uncached.
+func (t *tx) readAhead(addr, n, lockID uint64) {
+	fs := t.fs
+	if t.staged[addr] != nil {
 		return
 	}
 	c := fs.cache
 	k := uint64(0)
 	c.mu.Lock()
-	for k < dirReadAhead && n+k < layout.DirBlocksMax && c.blocks[layout.DirBlockAddr(d.ino, n+k)] == nil {
+	for k < n && c.blocks[addr+k*layout.BlockBytes] == nil {
 		k++
 	}
 	c.mu.Unlock()
@@ -151,11 +159,11 @@ func (d dirBlocks) readAhead(n uint64) {
 		return // cached, or one block: the plain load reads it
 	}
 	buf := make([]byte, k*layout.BlockBytes)
-	if err := fs.cfg.Dev.ReadAt(d.t.ctx, buf, layout.DirBlockAddr(d.ino, n)); err != nil {
+	if err := fs.cfg.Dev.ReadAt(t.ctx, buf, addr); err != nil {
 		return
 	}
 	for x := range k {
-		c.insertClean(layout.DirBlockAddr(d.ino, n+x), inodeLock(d.ino), buf[x*layout.BlockBytes:(x+1)*layout.BlockBytes:(x+1)*layout.BlockBytes])
+		c.insertClean(addr+x*layout.BlockBytes, lockID, buf[x*layout.BlockBytes:(x+1)*layout.BlockBytes:(x+1)*layout.BlockBytes])
 	}
 }
 

@@ -32,6 +32,11 @@ func (fs *FS) logName(t *tx, dino uint64, din *layout.Inode, op uint8, name stri
 		return fmt.Errorf("%w: the name log of directory %d is full", ErrNoSpace, dino)
 	}
 	addr := layout.NameLogAddr(dino, blk)
+	if off == 0 {
+		// A new block: the next ones come with it, in one read (their
+		// old contents must be read: their versions go on).
+		t.readAhead(addr, min(nameLogReadAhead, layout.NameLogBlocksMax-blk), inodeLock(dino))
+	}
 	b, err := t.write(addr, inodeLock(dino))
 	if err != nil {
 		return err
@@ -49,6 +54,9 @@ func (fs *FS) logName(t *tx, dino uint64, din *layout.Inode, op uint8, name stri
 	din.NLog = end
 	return nil
 }
+
+// nameLogReadAhead is how many name log blocks a new block's read brings.
+const nameLogReadAhead = 16
 
 // NameAt is one name of a directory at a time.
 type NameAt struct {
