@@ -650,6 +650,61 @@ func (c *checker) writeInode(ino, v uint64, in *layout.Inode) error {
 	return nil
 }
 
+// checkNameLog checks directory ino's name log (layout/namelog.go: on
+// volumes that keep file versions) up to its length: each block's header
+// and records, records of no later directory than this one. A bad block
+// is cut off with --repair (the log then ends before it: the directory's
+// history from there on is lost to .plumeria/at, nothing else).
+func (c *checker) checkNameLog(ino uint64, in *layout.Inode, v uint64) error {
+	if in.NLog == 0 {
+		return nil
+	}
+	n := in.NLog/layout.PayloadBytes + 1
+	if n > layout.NameLogBlocksMax {
+		n = layout.NameLogBlocksMax
+	}
+	buf := make([]byte, n*layout.BlockBytes)
+	if err := c.dev.ReadAt(c.ctx, buf, layout.NameLogAddr(ino, 0)); err != nil {
+		return fmt.Errorf("read the name log of directory %d: %w", ino, err)
+	}
+	for blk := uint64(0); blk < n; blk++ {
+		limit := layout.PayloadBytes
+		if blk == in.NLog/layout.PayloadBytes {
+			limit = int(in.NLog % layout.PayloadBytes)
+		}
+		if limit == 0 {
+			continue
+		}
+		b := buf[blk*layout.BlockBytes : (blk+1)*layout.BlockBytes]
+		why := ""
+		if h, err := layout.DecodeHeader(b); err != nil || h.Kind != layout.KindNameLog || h.Owner != ino || h.Index != blk {
+			why = fmt.Sprintf("header (%v, kind %v, owner %d, index %d)", err, h.Kind, h.Owner, h.Index)
+		} else if recs, err := layout.DecodeNameRecords(b[layout.HeaderBytes:], limit); err != nil {
+			why = err.Error()
+		} else {
+			for _, r := range recs {
+				if r.DirGen > in.Gen {
+					why = fmt.Sprintf("a record of directory generation %d, above the directory's %d", r.DirGen, in.Gen)
+					break
+				}
+			}
+		}
+		if why == "" {
+			continue
+		}
+		p := c.problem("directory %d: name log block %d: %s", ino, blk, why)
+		if c.opts.Repair {
+			in.NLog = blk * layout.PayloadBytes
+			if err := c.writeInode(ino, v+1, in); err != nil {
+				return err
+			}
+			c.repaired(p, fmt.Sprintf("name log cut to %d bytes", in.NLog))
+		}
+		return nil
+	}
+	return nil
+}
+
 // ---- the tree ----
 
 // blocks gives filesys/dir directory ino's blocks on the volume, checking
@@ -783,6 +838,9 @@ func (c *checker) walkDir(ino uint64) ([]uint64, error) {
 		c.problem("directory %d does not decode: %v", ino, err)
 		c.complete = false
 		return nil, nil
+	}
+	if err := c.checkNameLog(ino, in, v); err != nil {
+		return nil, err
 	}
 	d, err := dir.Decode(in.Inline, layout.InlineBytes-in.XattrBytes())
 	if err != nil {

@@ -582,3 +582,49 @@ func TestUpgrade(t *testing.T) {
 	}
 	tr.verify(t)
 }
+
+// TestNameLog: a damaged block of a directory's name log is found, and
+// --repair cuts the log before it; the file system is clean after.
+func TestNameLog(t *testing.T) {
+	ctx := context.Background()
+	dev := fstest.NewMemVersionDevice()
+	if _, err := filesys.Format(ctx, dev, false, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := filesys.Open(ctx, filesys.Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 { // five blocks of records
+		if _, err := fs.Create(ctx, filesys.RootIno, fmt.Sprintf("a-long-enough-name-%03d", i), 0o644, filesys.Caller{}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fs.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Check(ctx, dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectClean(t, rep)
+	b := readBlock(t, dev, layout.NameLogAddr(filesys.RootIno, 2))
+	b[layout.HeaderBytes+12] = 9 // a record's op
+	dev.WriteData(ctx, b, layout.NameLogAddr(filesys.RootIno, 2))
+	rep, err = Check(ctx, dev, Options{})
+	if err != nil || rep.Clean() || !strings.Contains(fmt.Sprint(rep.Problems), "name log block 2") {
+		t.Fatalf("damaged name log: %+v %v", rep.Problems, err)
+	}
+	if rep, err = Check(ctx, dev, Options{Repair: true}); err != nil || !rep.Clean() {
+		t.Fatalf("repair: %+v %v", rep.Problems, err)
+	}
+	rep, err = Check(ctx, dev, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectClean(t, rep)
+	in, _, err := layout.DecodeInode(readBlock(t, dev, layout.InodeAddr(filesys.RootIno)), filesys.RootIno)
+	if err != nil || in.NLog != 2*layout.PayloadBytes {
+		t.Fatalf("root's name log after the repair: %d bytes, %v", in.NLog, err)
+	}
+}
