@@ -162,9 +162,10 @@ func mountCmd() *cobra.Command {
 
 // fsMount is a mounted fs node (or snapshot): file system and FUSE server.
 type fsMount struct {
-	close func(context.Context) error // what the FUSE server served
-	srv   *fuse.Server
-	dir   string
+	close    func(context.Context) error // what the FUSE server served
+	srv      *fuse.Server
+	dir      string
+	versions bool // the volume keeps file versions
 }
 
 // kernelCacheDefault is how long the kernel keeps names and attributes
@@ -196,10 +197,14 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 	opts.Volume, opts.Logger = name, log
 	// The mount shows the volume's snapshots under .plumeria.
 	view := history.New(n.FS, node.Snapshots(cl, name, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache}))
-	return serveMount(dir, view, opts, func(ctx context.Context) error {
+	m, err := serveMount(dir, view, opts, func(ctx context.Context) error {
 		view.CloseSnapshots(ctx)
 		return n.Close(ctx)
 	})
+	if m != nil {
+		m.versions = n.FS.KeepsVersions()
+	}
+	return m, err
 }
 
 // mountSnapshot mounts snapshot snap of volume name on dir, read-only.

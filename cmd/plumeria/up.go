@@ -146,8 +146,14 @@ func upCmd() *cobra.Command {
 			fmt.Printf("dashboard: http://%s/\n", lc.http)
 		}
 		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\n"+
-			"  plumeria snapshot create --coord %s --volume default first && ls %s/.plumeria/snapshots/first\nCtrl-C unmounts and stops.\n",
+			"  plumeria snapshot create --coord %s --volume default first && ls %s/.plumeria/snapshots/first\n",
 			mnt, mnt, lc.coord, lc.coord, mnt)
+		if m.versions {
+			fmt.Printf("  plumeria versions %s/hello; ls %s/.plumeria/at/$(date +%%s)/\n", mnt, mnt)
+		} else {
+			fmt.Printf("  (a version of every file at each close: a new DIR with plumeria up --file-versions)\n")
+		}
+		fmt.Printf("Ctrl-C unmounts and stops.\n")
 		err = m.wait(ctx)
 		fmt.Println("stopped")
 		return err
