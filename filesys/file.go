@@ -342,6 +342,11 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 		in.Mtime = now
 		killPriv(in)
 	}
+	if set.Mode != nil || set.Uid != nil || set.Gid != nil {
+		// A pending version's record is this inode: written before the
+		// permissions it shows change (times may change under it).
+		fs.materialize(t, ino, in)
+	}
 	if set.Mode != nil {
 		in.Mode = in.Mode&typeMask | *set.Mode&0o7777
 	}

@@ -447,3 +447,29 @@ func TestCleaner(t *testing.T) {
 		t.Fatalf("second pass: %+v %v", st, err)
 	}
 }
+
+// TestVersionKeepsMode: a chmod after a close does not change the mode of
+// the version that close made.
+func TestVersionKeepsMode(t *testing.T) {
+	ctx := context.Background()
+	fs := versionFS(t, versionedDevice(t), "a")
+	defer fs.Close(ctx)
+	f, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Write(ctx, f.Ino, 0, []byte("x"), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Flush(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	mode := uint32(0o600)
+	if _, err := fs.Setattr(ctx, f.Ino, SetAttr{Mode: &mode}); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := fs.Versions(ctx, f.Ino)
+	if err != nil || len(vs) != 1 || vs[0].Attr.Mode&0o777 != 0o644 {
+		t.Fatalf("versions after a chmod: %+v %v", vs, err)
+	}
+}
