@@ -74,7 +74,7 @@ func TestChaos(t *testing.T) {
 
 func runChaos(t *testing.T, seed uint64, kinds []plan.Kind) check.Summary {
 	dur := runDuration()
-	o := clusterOpts{netns: true, servers: 3, coordinators: 3, fsNodes: 3, replicas: 3, lockAlone: true}
+	o := clusterOpts{netns: true, servers: 3, coordinators: 3, fsNodes: 3, replicas: 3, lockAlone: true, fileVersions: *flagVersions}
 	if slices.Contains(kinds, plan.DiskFull) {
 		o.brickMiB = 1024
 	}

@@ -58,6 +58,7 @@ var (
 	flagLong       = flag.Bool("chaos.long", false, "long mode: longer runs, more crash points")
 	flagKeep       = flag.Bool("chaos.keep", false, "keep every run's directory, not only those of failed runs")
 	flagSummary    = flag.String("chaos.summary", "", "also write the summary table to this file (go test shows a passing package's output only with -v)")
+	flagVersions   = flag.Bool("chaos.file-versions", false, "TestChaos on a volume that keeps file versions (crash points always do)")
 )
 
 // total sums every run of the package; TestMain prints its table.
