@@ -136,7 +136,7 @@ func (fs *FS) makeVersion(ctx context.Context, ino uint64) error {
 	// (t may expose data: not hidesData).
 	in.FVer = f
 	in.Flags = in.Flags&^layout.FlagModified | layout.FlagPending
-	in.Closed = time.Time(toTime(fs.now())).UnixNano()
+	in.Closed = toTime(fs.now()).UnixNano()
 	in.Node = nodeName(fs.cfg.ID, layout.NodeBytes)
 	if err := t.putInode(ino, in); err != nil {
 		return err
