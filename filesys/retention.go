@@ -10,14 +10,15 @@ import (
 
 // Retention says which versions of a file the cleaner keeps (Mammoth
 // §2.6): every version closed within All of now, the newest of each hour
-// within Hourly, the newest of each day (UTC) within Daily. None keeps no
+// within Hourly, the newest of each day (UTC) within Daily, the newest of
+// each week (ISO, UTC) within Weekly. None keeps no
 // version (a scratch directory) but the newest of a file that still
 // exists (what it reads now, unless changed since); Forever keeps all. A directory's policy
 // is the extended attribute RetentionXattr, inherited by everything below
 // it that has none of its own; the root's default is DefaultRetention.
 type Retention struct {
-	None, Forever      bool
-	All, Hourly, Daily time.Duration
+	None, Forever              bool
+	All, Hourly, Daily, Weekly time.Duration
 }
 
 // RetentionXattr holds a directory's retention policy (Retention.String).
@@ -44,7 +45,7 @@ func (r Retention) String() string {
 	for _, p := range []struct {
 		k string
 		d time.Duration
-	}{{"all", r.All}, {"hourly", r.Hourly}, {"daily", r.Daily}} {
+	}{{"all", r.All}, {"hourly", r.Hourly}, {"daily", r.Daily}, {"weekly", r.Weekly}} {
 		if p.d > 0 {
 			parts = append(parts, p.k+"="+formatDays(p.d))
 		}
@@ -52,8 +53,12 @@ func (r Retention) String() string {
 	return strings.Join(parts, " ")
 }
 
-// formatDays writes d in days when it is whole days, else as Go does.
+// formatDays writes d in weeks or days when it is whole ones, else as Go
+// does.
 func formatDays(d time.Duration) string {
+	if d >= week && d%week == 0 {
+		return strconv.FormatInt(int64(d/week), 10) + "w"
+	}
 	if d >= 24*time.Hour && d%(24*time.Hour) == 0 {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
@@ -61,9 +66,9 @@ func formatDays(d time.Duration) string {
 }
 
 // ParseRetention reads a policy: "none", "forever", or space-separated
-// all=D, hourly=D and daily=D with D a Go duration (90m, 24h) or a number
-// of days (30d). At least one of the three; each at most once, positive,
-// at most 100 years.
+// all=D, hourly=D, daily=D and weekly=D with D a Go duration (90m, 24h) or
+// a number of days (30d) or weeks (52w). At least one; each at most once,
+// positive, at most 100 years.
 func ParseRetention(s string) (Retention, error) {
 	s = strings.TrimSpace(s)
 	switch s {
@@ -93,14 +98,25 @@ func ParseRetention(s string) (Retention, error) {
 			r.Hourly = d
 		case "daily":
 			r.Daily = d
+		case "weekly":
+			r.Weekly = d
 		default:
-			return Retention{}, fmt.Errorf("%w: retention %q: unknown key %q (all, hourly, daily; or none, forever alone)", ErrInvalid, s, k)
+			return Retention{}, fmt.Errorf("%w: retention %q: unknown key %q (all, hourly, daily, weekly; or none, forever alone)", ErrInvalid, s, k)
 		}
 	}
 	return r, nil
 }
 
+const week = 7 * 24 * time.Hour
+
 func parseDays(v string) (time.Duration, error) {
+	if n, ok := strings.CutSuffix(v, "w"); ok {
+		weeks, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || weeks > int64(retentionMax/week) {
+			return 0, fmt.Errorf("bad weeks %q", v)
+		}
+		return time.Duration(weeks) * week, nil
+	}
 	if n, ok := strings.CutSuffix(v, "d"); ok {
 		days, err := strconv.ParseInt(n, 10, 64)
 		if err != nil || days > int64(retentionMax/(24*time.Hour)) {
@@ -148,6 +164,12 @@ func (r Retention) Keep(closed []time.Time, now time.Time) []bool {
 		newestIn(r.Daily, func(t time.Time) time.Time {
 			u := t.UTC()
 			return time.Date(u.Year(), u.Month(), u.Day(), 0, 0, 0, 0, time.UTC)
+		})
+	}
+	if r.Weekly > 0 {
+		newestIn(r.Weekly, func(t time.Time) time.Time {
+			y, w := t.UTC().ISOWeek()
+			return time.Date(y, 1, 1, 0, 0, 0, 0, time.UTC).AddDate(0, 0, 7*w) // one per ISO week
 		})
 	}
 	return keep

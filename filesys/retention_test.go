@@ -14,6 +14,7 @@ func TestParseRetention(t *testing.T) {
 		"all=1h hourly=24h daily=30d":    "all=1h0m0s hourly=1d daily=30d",
 		"  daily=7d ":                    "daily=7d",
 		"hourly=90m":                     "hourly=1h30m0s",
+		"daily=14d weekly=52w":           "daily=2w weekly=52w",
 		"all=1h0m0s hourly=1d daily=30d": "all=1h0m0s hourly=1d daily=30d",
 	} {
 		r, err := ParseRetention(in)
@@ -57,6 +58,7 @@ func TestRetentionKeep(t *testing.T) {
 		{Retention{All: time.Hour}, "[false false false false false false false true true]"},
 		{Retention{Daily: 7 * 24 * time.Hour}, "[false true false true false false false false true]"},
 		{Retention{None: true}, "[false false false false false false false false false]"},
+		{Retention{Weekly: 8 * week}, "[true false false false false false false false true]"}, // 1, 3, 8: one ISO week
 		{Retention{Forever: true}, "[true true true true true true true true true]"},
 	} {
 		if got := fmt.Sprint(c.r.Keep(closed, now)); got != c.want {

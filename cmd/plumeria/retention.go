@@ -25,7 +25,7 @@ func retentionCmd() *cobra.Command {
 		Long: `On a volume that keeps file versions, a directory's retention policy says
 which versions of the files below it the cleaner keeps: every version for a
 while (--all), then the newest of each hour (--hourly), then the newest of
-each day (--daily); or --none (scratch: only what files read now) or
+each day (--daily), then of each week (--weekly); or --none (scratch: only what files read now) or
 --forever. A directory without a policy inherits its parent's; the root's
 default is ` + filesys.DefaultRetention.String() + `. The policy is the
 extended attribute ` + filesys.RetentionXattr + ` of the directory. Every
@@ -37,10 +37,10 @@ cluster); plumeria retention clean runs one now.`,
 }
 
 func retentionSetCmd() *cobra.Command {
-	var all, hourly, daily string
+	var all, hourly, daily, weekly string
 	var none, forever, unset bool
 	c := &cobra.Command{
-		Use:   "set DIR (--all D --hourly D --daily D | --none | --forever | --unset)",
+		Use:   "set DIR (--all D --hourly D --daily D --weekly D | --none | --forever | --unset)",
 		Short: "Set a directory's retention policy (inherited below it)",
 		Example: "  plumeria retention set /mnt/plumeria/home --all 1h --hourly 24h --daily 30d\n" +
 			"  plumeria retention set /mnt/plumeria/tmp --none",
@@ -49,6 +49,7 @@ func retentionSetCmd() *cobra.Command {
 	c.Flags().StringVar(&all, "all", "", "keep every version closed within this (90m, 24h, 7d)")
 	c.Flags().StringVar(&hourly, "hourly", "", "keep the newest version of each hour within this")
 	c.Flags().StringVar(&daily, "daily", "", "keep the newest version of each day within this")
+	c.Flags().StringVar(&weekly, "weekly", "", "keep the newest version of each week within this (52w)")
 	c.Flags().BoolVar(&none, "none", false, "keep no old versions")
 	c.Flags().BoolVar(&forever, "forever", false, "keep every version")
 	c.Flags().BoolVar(&unset, "unset", false, "remove the directory's own policy (it inherits again)")
@@ -63,7 +64,7 @@ func retentionSetCmd() *cobra.Command {
 			return fmt.Errorf("retention set: %w", err)
 		}
 		var parts []string
-		for _, p := range []struct{ k, v string }{{"all", all}, {"hourly", hourly}, {"daily", daily}} {
+		for _, p := range []struct{ k, v string }{{"all", all}, {"hourly", hourly}, {"daily", daily}, {"weekly", weekly}} {
 			if p.v != "" {
 				parts = append(parts, p.k+"="+p.v)
 			}
@@ -75,7 +76,7 @@ func retentionSetCmd() *cobra.Command {
 			}
 		}
 		if n != 1 {
-			return fmt.Errorf("retention set: give --all/--hourly/--daily, or --none, --forever or --unset alone")
+			return fmt.Errorf("retention set: give --all/--hourly/--daily/--weekly, or --none, --forever or --unset alone")
 		}
 		if unset {
 			if err := unix.Removexattr(dir, filesys.RetentionXattr); err != nil && !errors.Is(err, unix.ENODATA) {
