@@ -12,7 +12,7 @@ func TestParseRetention(t *testing.T) {
 		"none":                           "none",
 		"forever":                        "forever",
 		"all=1h hourly=24h daily=30d":    "all=1h0m0s hourly=1d daily=30d",
-		"  daily=7d ":                    "daily=7d",
+		"  daily=7d ":                    "daily=1w",
 		"hourly=90m":                     "hourly=1h30m0s",
 		"daily=14d weekly=52w":           "daily=2w weekly=52w",
 		"all=1h0m0s hourly=1d daily=30d": "all=1h0m0s hourly=1d daily=30d",
