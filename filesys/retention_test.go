@@ -25,7 +25,7 @@ func TestParseRetention(t *testing.T) {
 			t.Fatalf("%q does not read back: %v", r.String(), err)
 		}
 	}
-	for _, bad := range []string{"", "all", "all=", "all=-1h", "all=0s", "weekly=7d", "all=1h all=2h", "none all=1h",
+	for _, bad := range []string{"", "all", "all=", "all=-1h", "all=0s", "monthly=30d", "all=1h all=2h", "none all=1h",
 		"forever daily=1d", "daily=999999d", "daily=1e9h", "all=1h, daily=2d"} {
 		if _, err := ParseRetention(bad); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("%q accepted: %v", bad, err)
