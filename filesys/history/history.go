@@ -216,18 +216,26 @@ func (h *FS) linkTarget(ino uint64) (string, bool) {
 }
 
 // ParseTime reads a time as .plumeria/at/T and the CLI take it: RFC 3339
-// (2026-11-25T10:00:00Z, fractions and offsets allowed) or seconds since
-// the epoch (1764064800, fractions allowed).
+// (2026-11-25T10:00:00Z, fractions and offsets allowed), seconds since
+// the epoch (1764064800, fractions allowed), or the @GMT token of Windows'
+// Previous Versions and Samba's vfs_shadow_copy2 (@GMT-2026.11.25-10.00.00,
+// UTC).
 func ParseTime(s string) (time.Time, error) {
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(gmtToken, s); err == nil {
 		return t, nil
 	}
 	if f, err := strconv.ParseFloat(s, 64); err == nil && f >= 0 && f < 1<<40 && !strings.ContainsAny(s, "eEnNxXpP") {
 		sec, frac := math.Modf(f)
 		return time.Unix(int64(sec), int64(frac*1e9)), nil
 	}
-	return time.Time{}, fmt.Errorf("%w: time %q: give RFC 3339 (2026-11-25T10:00:00Z) or seconds since the epoch", filesys.ErrInvalid, s)
+	return time.Time{}, fmt.Errorf("%w: time %q: give RFC 3339 (2026-11-25T10:00:00Z), seconds since the epoch or @GMT-2026.11.25-10.00.00", filesys.ErrInvalid, s)
 }
+
+// gmtToken is the layout of an @GMT token.
+const gmtToken = "@GMT-2006.01.02-15.04.05"
 
 // TimeName is the name .plumeria/at lists a snapshot taken at t under:
 // t rounded up to the second, in UTC, so that the name resolves to that

@@ -221,6 +221,12 @@ func TestTimeName(t *testing.T) {
 	if got, err := ParseTime(fmt.Sprint(t0.Unix())); err != nil || !got.Equal(t0) {
 		t.Errorf("epoch seconds: %v %v", got, err)
 	}
+	if got, err := ParseTime("@GMT-2026.11.26-12.00.00"); err != nil || !got.Equal(t0) {
+		t.Errorf("an @GMT token: %v %v", got, err)
+	}
+	if _, err := ParseTime("@GMT-2026.13.26-12.00.00"); err == nil {
+		t.Errorf("an @GMT token of month 13 accepted")
+	}
 }
 
 // FuzzParseTime: any name under .plumeria/at is a time or ErrInvalid,
