@@ -92,10 +92,6 @@ type tx struct {
 	// mode bits change), so its record need not wait for data writes
 	// (dataWriter.barrier). Set by the caller that knows; false is safe.
 	hidesData bool
-	// ordered: the transaction wrote a history record (versions.go
-	// materialize) that its log batch must wait for, whatever hidesData
-	// says.
-	ordered bool
 }
 
 type stage struct {
@@ -162,9 +158,6 @@ func (t *tx) commit() (err error) {
 	}
 	if len(ups) == 0 {
 		return nil
-	}
-	if t.ordered {
-		t.hidesData = false
 	}
 	if !t.hidesData {
 		fs.data.exposing() // before Append: the batch taking it must wait

@@ -237,19 +237,8 @@ func (fs *FS) dirForCleaner(ctx context.Context, dino, dgen uint64) ([]dir.Entry
 			return nil, nil, nil
 		}
 		dgen = din.Gen
-		d, err := dirOf(dino, din)
-		if err != nil {
+		if ents, err = allEntries(tx, dino, din); err != nil {
 			return nil, nil, err
-		}
-		for after, done := uint64(0), false; !done; {
-			var page []dir.Entry
-			if page, done, err = d.List(dirBlocks{tx, dino}, after, 1024); err != nil {
-				return nil, nil, dirError(err, "")
-			}
-			for _, e := range page {
-				ents = append(ents, e)
-				after = e.Cookie
-			}
 		}
 	}
 	var gone []layout.NameRecord
@@ -315,25 +304,17 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 			incs[in.Gen] = p
 		}
 	}
-	hist := layout.ExtentAddr(ino) + layout.HistoryOff
-	fvers, err := fs.vdev.BlockVersions(ctx, hist)
+	pending := in.Flags&layout.FlagPending != 0 // also of a deleted file (freedInode)
+	recs, err := fs.records(ctx, ino, in)
+	if errors.Is(err, ErrIO) && !errors.Is(err, context.Canceled) {
+		fs.log.Warn("version cleaner: a file's history does not read: skipped", "ino", ino, "err", err)
+		return nil
+	}
 	if err != nil {
-		return fs.ioError("list file versions", hist, err)
+		return err
 	}
 	byGen := map[uint64][]Version{}
-	pending := in.Flags&layout.FlagPending != 0 // also of a deleted file (freedInode)
-	b := make([]byte, layout.BlockBytes)
-	for _, f := range fvers {
-		if f == 0 || f > in.FVer || pending && f == in.FVer {
-			continue
-		}
-		if err := fs.vdev.ReadAtVersion(ctx, b, hist, f); err != nil {
-			return fs.ioError("read a file version's record", hist, err)
-		}
-		rec, err := layout.DecodeHistory(b, ino)
-		if err != nil || rec.FVer != f {
-			continue // not a record of version f: nothing of it to keep
-		}
+	for _, rec := range recs {
 		byGen[rec.Gen] = append(byGen[rec.Gen], versionOf(ino, rec))
 	}
 	if len(byGen) == 0 && !pending {
@@ -382,6 +363,7 @@ func (fs *FS) cleanIno(ctx context.Context, pruner VersionPruner, ino uint64, in
 		// reads the newest record, which must be its own for the older
 		// ones to go. The inode stays the record (a copy here is the
 		// same: a pending version does not change).
+		hist := layout.ExtentAddr(ino) + layout.HistoryOff
 		b, err := layout.EncodeHistory(pendingRecord(ino, in))
 		if err == nil {
 			err = fs.vdev.WriteDataVersion(ctx, b, hist, in.FVer)

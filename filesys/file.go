@@ -149,6 +149,10 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 	if len(p) == 0 {
 		return 0, nil
 	}
+	// Inside the size of a file already in its extent, a write shows
+	// nothing new: its record need not wait for the data (data.go).
+	// (openVersion may say otherwise: a version record it writes.)
+	t.hidesData = in.Flags&layout.FlagInline == 0 && end <= in.Size && end <= in.HWM
 	fver := fs.openVersion(t, ino, in)
 	if in.Flags&layout.FlagInline != 0 && end <= inlineCap(in) {
 		if end > uint64(len(in.Inline)) {
@@ -157,9 +161,6 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		copy(in.Inline[off:], p)
 		in.Size = uint64(len(in.Inline))
 	} else {
-		// Inside the size of a file already in its extent, a write shows
-		// nothing new: its record need not wait for the data (data.go).
-		t.hidesData = in.Flags&layout.FlagInline == 0 && end <= in.Size && end <= in.HWM
 		if err := fs.toExtent(ctx, ino, in, fver); err != nil {
 			return 0, err
 		}

@@ -107,25 +107,39 @@ func (fs *FS) NameLogLen(ctx context.Context, dino uint64) (uint64, error) {
 	return in.NLog, nil
 }
 
+// allEntries returns every entry of directory dino (din its inode; the
+// caller holds its lock).
+func allEntries(tx *tx, dino uint64, din *layout.Inode) ([]dir.Entry, error) {
+	d, err := dirOf(dino, din)
+	if err != nil {
+		return nil, err
+	}
+	var out []dir.Entry
+	for after, done := uint64(0), false; !done; {
+		var page []dir.Entry
+		if page, done, err = d.List(dirBlocks{tx, dino}, after, 1024); err != nil {
+			return nil, dirError(err, "")
+		}
+		for _, e := range page {
+			out = append(out, e)
+			after = e.Cookie
+		}
+	}
+	return out, nil
+}
+
 func (fs *FS) namesAt(tx *tx, dino, dgen uint64, din *layout.Inode, t time.Time) ([]NameAt, error) {
 	names := map[string]NameAt{}
 	if !din.Free() && din.Gen == dgen {
 		if !isDir(din) {
 			return nil, fmt.Errorf("%w: inode %d", ErrNotDir, dino)
 		}
-		d, err := dirOf(dino, din)
+		ents, err := allEntries(tx, dino, din)
 		if err != nil {
 			return nil, err
 		}
-		for after, done := uint64(0), false; !done; {
-			var ents []dir.Entry
-			if ents, done, err = d.List(dirBlocks{tx, dino}, after, 1024); err != nil {
-				return nil, dirError(err, "")
-			}
-			for _, e := range ents {
-				names[e.Name] = NameAt{Name: e.Name, Ino: e.Ino, Type: e.Type}
-				after = e.Cookie
-			}
+		for _, e := range ents {
+			names[e.Name] = NameAt{Name: e.Name, Ino: e.Ino, Type: e.Type}
 		}
 	}
 	stop := fromTime(t.Add(-skewMax))

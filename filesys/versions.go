@@ -29,7 +29,7 @@ import (
 //     next close makes f again, over what was written at f).
 //   - Before the file next changes, or is freed, the record is written to
 //     the extent's history block (layout/history.go) at f (materialize),
-//     and the transaction of that change waits for it (tx.ordered): a
+//     and the transaction of that change waits for it (not hidesData): a
 //     file created, written and closed once costs no write of its own
 //     for its version.
 //   - fver is kept when an inode is freed and reused, so versions of one
@@ -177,7 +177,8 @@ func pendingRecord(ino uint64, in *layout.Inode) *layout.FileVersion {
 
 // materialize writes the history record of in's pending version, if any,
 // before the file changes or is freed, and makes t's log batch wait for it
-// (the change in t would lose the inode state that is the record). The
+// (the change in t would lose the inode state that is the record; callers
+// set t.hidesData before, never after). The
 // caller holds the inode's lock in write mode and stores in.
 func (fs *FS) materialize(t *tx, ino uint64, in *layout.Inode) {
 	if fs.vdev == nil || in.Flags&layout.FlagPending == 0 {
@@ -190,7 +191,7 @@ func (fs *FS) materialize(t *tx, ino uint64, in *layout.Inode) {
 		fs.log.Warn("a pending file version does not encode: dropped", "ino", ino, "fver", in.FVer, "err", err)
 	} else {
 		fs.data.write(t.ctx, ino, b, layout.HistoryOff, in.FVer)
-		t.ordered = true
+		t.hidesData = false // the batch waits for the record
 	}
 	in.Flags &^= layout.FlagPending
 	in.Closed, in.Node = 0, ""
@@ -234,13 +235,36 @@ func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error
 		}
 		gen = in.Gen
 	}
+	pending := in.Gen == gen && in.Flags&layout.FlagPending != 0
+	recs, err := fs.records(ctx, ino, in)
+	if err != nil {
+		return nil, err
+	}
+	var out []Version
+	for _, rec := range recs {
+		if rec.Gen == gen { // not an earlier file at this number
+			out = append(out, versionOf(ino, rec))
+		}
+	}
+	if pending {
+		out = append(out, versionOf(ino, pendingRecord(ino, in)))
+	}
+	return out, nil
+}
+
+// records returns the history records of inode number ino (in: its
+// inode, its lock taken and released by the caller) of every file that had
+// the number, oldest first: those of versions made and durable (at most
+// in.FVer) whose record was written, not a pending version's (the inode
+// is its record: pendingRecord).
+func (fs *FS) records(ctx context.Context, ino uint64, in *layout.Inode) ([]*layout.FileVersion, error) {
 	hist := layout.ExtentAddr(ino) + layout.HistoryOff
 	fvers, err := fs.vdev.BlockVersions(ctx, hist)
 	if err != nil {
 		return nil, fs.ioError("list file versions", hist, err)
 	}
-	pending := in.Gen == gen && in.Flags&layout.FlagPending != 0
-	var out []Version
+	pending := in.Flags&layout.FlagPending != 0
+	var out []*layout.FileVersion
 	b := make([]byte, layout.BlockBytes)
 	for _, f := range fvers {
 		if f == 0 || f > in.FVer || pending && f == in.FVer {
@@ -253,13 +277,9 @@ func (fs *FS) VersionsOf(ctx context.Context, ino, gen uint64) ([]Version, error
 		if err != nil {
 			return nil, fmt.Errorf("%w: version %d of inode %d: %v", ErrIO, f, ino, err)
 		}
-		if rec.FVer != f || rec.Gen != gen {
-			continue // an earlier file at this number
+		if rec.FVer == f {
+			out = append(out, rec)
 		}
-		out = append(out, versionOf(ino, rec))
-	}
-	if pending {
-		out = append(out, versionOf(ino, pendingRecord(ino, in)))
 	}
 	return out, nil
 }

@@ -20,23 +20,8 @@ import (
 func TestTimeTravel(t *testing.T) {
 	c := newFSCluster(t)
 	a, b := c.mountNode("n1"), c.mountNode("n2")
-	write := func(path, data string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(path string) string {
-		t.Helper()
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(got)
-	}
+	write := func(path, data string) { t.Helper(); writeTree(t, path, data) }
+	read := func(path string) string { t.Helper(); return readFile(t, path) }
 	snapshot := func(name string) time.Time {
 		c.cli("snapshot", "create", c.coordArg(), "--volume", "fs", name)
 		time.Sleep(1100 * time.Millisecond) // the next second: a time between snapshots
@@ -126,4 +111,25 @@ func TestTimeTravel(t *testing.T) {
 	if got := read(at(b, t1, "docs/report.txt")); got != "v1" {
 		t.Fatalf("the past changed: %q", got)
 	}
+}
+
+// writeTree writes data to path, making its missing parent directories.
+func writeTree(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readFile returns path's bytes as a string.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(got)
 }

@@ -22,23 +22,8 @@ import (
 func TestFileVersions(t *testing.T) {
 	c := startFSCluster(t, []string{"--file-versions"})
 	a, b := c.mountNode("n1"), c.mountNode("n2")
-	write := func(path, data string) {
-		t.Helper()
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(path string) string {
-		t.Helper()
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(got)
-	}
+	write := func(path, data string) { t.Helper(); writeTree(t, path, data) }
+	read := func(path string) string { t.Helper(); return readFile(t, path) }
 	moment := func() time.Time { // a time strictly between what came before and what comes after
 		time.Sleep(5 * time.Millisecond)
 		tm := time.Now()
