@@ -20,6 +20,7 @@ var (
 	ErrNameTooLong  = errors.New("file name too long")               // ENAMETOOLONG
 	ErrNoSpace      = errors.New("no space left on device")          // ENOSPC
 	ErrNotPermitted = errors.New("operation not permitted")          // EPERM
+	ErrAccess       = errors.New("permission denied")                // EACCES
 	ErrInvalid      = errors.New("invalid argument")                 // EINVAL
 	ErrFileTooBig   = errors.New("file too large")                   // EFBIG
 	ErrNoAttr       = errors.New("no such attribute")                // ENODATA
@@ -54,15 +55,25 @@ type SetAttr struct {
 	Uid, Gid     *uint32
 	Size         *uint64
 	Atime, Mtime *time.Time
+	// TimesNow says Atime and Mtime (those set) are the server's clock
+	// (NFS SET_TO_SERVER_TIME, utimes(NULL)), not times the caller chose.
+	// Only CheckSetattr reads it: such a change needs write permission
+	// instead of ownership. When one is now and the other a chosen time,
+	// leave it false (ownership is needed, as utimensat(2) asks).
+	// Setattr applies Atime and Mtime as given.
+	TimesNow bool
 	// KillPriv clears setuid and setgid (of a group-executable file) and
 	// drops security.capability, as a chown of a regular file does.
 	KillPriv bool
 }
 
-// Caller is who asks: new inodes take its ids. Permission checks are the
-// kernel's (default_permissions).
+// Caller is who asks: new inodes take its ids. FS methods check no
+// permissions: for FUSE callers the kernel checks them
+// (default_permissions) against the attributes it got; for callers no
+// kernel checked (the NFS gateway) the methods in access.go decide them.
 type Caller struct {
 	Uid, Gid uint32
+	Groups   []uint32 // supplementary groups (AUTH_SYS gids); nil for FUSE callers
 }
 
 // DirEntry is one name in a directory listing.

@@ -23,6 +23,7 @@ var errnos = []struct {
 	{filesys.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{filesys.ErrNoSpace, syscall.ENOSPC},
 	{filesys.ErrNotPermitted, syscall.EPERM},
+	{filesys.ErrAccess, syscall.EACCES},
 	{filesys.ErrInvalid, syscall.EINVAL},
 	{filesys.ErrFileTooBig, syscall.EFBIG},
 	{filesys.ErrNoAttr, syscall.ENODATA},
