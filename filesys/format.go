@@ -76,6 +76,9 @@ func Format(ctx context.Context, dev Device, force bool, now time.Time) (layout.
 	if _, err := rand.Read(s.UUID[:]); err != nil {
 		return layout.Super{}, err
 	}
+	if _, err := rand.Read(s.HandleKey[:]); err != nil {
+		return layout.Super{}, err
+	}
 	if err := dev.WriteData(ctx, layout.EncodeSuper(s), layout.SuperAddr); err != nil {
 		return layout.Super{}, fmt.Errorf("write superblock: %w", err)
 	}

@@ -483,3 +483,10 @@ func (fs *FS) untilStop(parent context.Context) (context.Context, context.Cancel
 	}()
 	return ctx, cancel
 }
+
+// Identity is the file system's UUID and the secret NFS gateways MAC
+// their file handles with (layout.Super; ok false when the file system
+// predates handle keys: plumeria fsck --upgrade adds one).
+func (fs *FS) Identity() (uuid [16]byte, handleKey [32]byte, ok bool) {
+	return fs.super.UUID, fs.super.HandleKey, fs.super.HasHandleKey()
+}

@@ -201,6 +201,27 @@ func (fs *FS) Getattr(ctx context.Context, ino uint64) (Attr, error) {
 	return attrOf(ino, in), nil
 }
 
+// Parent returns the attributes of directory dir's parent (the root's
+// is itself): ".." for adapters whose clients look it up (NFS). The
+// answer can be stale by the time it returns, as a lookup's can.
+func (fs *FS) Parent(ctx context.Context, dir uint64) (Attr, error) {
+	h, err := fs.acquire(ctx, r(inodeLock(dir)))
+	if err != nil {
+		return Attr{}, err
+	}
+	in, err := fs.newTx(ctx).inode(dir)
+	h.release()
+	switch {
+	case err != nil:
+		return Attr{}, err
+	case in.Mode&typeMask != typeDir:
+		return Attr{}, fmt.Errorf("%w: inode %d", ErrNotDir, dir)
+	case dir == RootIno || in.Parent == 0:
+		return fs.Getattr(ctx, dir)
+	}
+	return fs.Getattr(ctx, in.Parent)
+}
+
 // ReadDir lists directory ino's entries with cookies above after.
 func (fs *FS) ReadDir(ctx context.Context, ino uint64, after uint64, max int) ([]DirEntry, bool, error) {
 	h, err := fs.acquire(ctx, r(inodeLock(ino)))
@@ -387,6 +408,9 @@ func (fs *FS) Mknod(ctx context.Context, parent uint64, name string, mode, rdev 
 	}
 	return fs.makeNode(ctx, parent, name, newInode{mode: mode, rdev: rdev, c: c}, true)
 }
+
+// FileBytesMax bounds a file's size.
+const FileBytesMax = layout.FileBytesMax
 
 // SymlinkBytesMax bounds a symlink's target (PATH_MAX - 1). Targets up to
 // symlinkInlineMax bytes live in the inode, longer ones in its extent.

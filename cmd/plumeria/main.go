@@ -20,7 +20,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd(), formatCmd(), mountCmd())
+	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd(), formatCmd(), mountCmd(), gatewayCmd())
 	root.AddCommand(fsckCmd())
 	root.AddCommand(coordCmd(), doctorCmd(), snapshotCmd(), versionsCmd(), restoreCmd(), retentionCmd())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -35,6 +35,7 @@ package fsck
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -187,8 +188,10 @@ func (c *checker) run() (rerr error) {
 	}
 	super, err := layout.DecodeSuper(b)
 	var upgraded []byte
-	if errors.Is(err, layout.ErrOldFormat) && c.opts.Upgrade {
-		if upgraded, err = layout.UpgradeSuper(b); err == nil {
+	if c.opts.Upgrade && (errors.Is(err, layout.ErrOldFormat) || err == nil && !super.HasHandleKey()) {
+		var key [32]byte
+		rand.Read(key[:])
+		if upgraded, err = layout.UpgradeSuper(b, key); err == nil {
 			super, err = layout.DecodeSuper(upgraded)
 		}
 	}

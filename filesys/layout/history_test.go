@@ -52,20 +52,27 @@ func TestHistoryRoundTrip(t *testing.T) {
 }
 
 func TestSuperUpgrade(t *testing.T) {
-	b := EncodeSuper(Super{Created: 42})
-	if _, err := UpgradeSuper(b); err == nil {
+	key := [32]byte{7: 1}
+	b := EncodeSuper(Super{Created: 42, HandleKey: [32]byte{3: 9}})
+	if _, err := UpgradeSuper(b, key); err == nil {
 		t.Fatal("upgraded a current superblock")
+	}
+	// A format-2 superblock written before handle keys gets one.
+	nokey := EncodeSuper(Super{Created: 42})
+	up, err := UpgradeSuper(nokey, key)
+	if s, derr := DecodeSuper(up); err != nil || derr != nil || s.HandleKey != key || s.Created != 42 {
+		t.Fatalf("key added: %+v %v %v", s, err, derr)
 	}
 	old := bytes.Clone(b)
 	old[HeaderBytes] = 1 // format 1
 	if _, err := DecodeSuper(old); !errors.Is(err, ErrOldFormat) {
 		t.Fatalf("format 1: %v", err)
 	}
-	up, err := UpgradeSuper(old)
+	up, err = UpgradeSuper(old, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s, err := DecodeSuper(up); err != nil || s.Created != 42 {
+	if s, err := DecodeSuper(up); err != nil || s.Created != 42 || s.HandleKey != ([32]byte{3: 9}) {
 		t.Fatalf("upgraded: %+v %v", s, err)
 	}
 	bad := bytes.Clone(b)

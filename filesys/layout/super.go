@@ -9,18 +9,29 @@ import (
 
 // Superblock payload (block 0), after the header, little-endian:
 //
-//	 0          4             8            12        16          24           40
-//	| format u32 | blockBytes u32 | slots u32 | rgs u32 | created u64 | uuid 16 B |
+//	 0          4             8            12        16          24           40              72
+//	| format u32 | blockBytes u32 | slots u32 | rgs u32 | created u64 | uuid 16 B | handleKey 32 B |
 //
 // The geometry is fixed by the format version; the superblock repeats the
 // parts a reader checks, so a volume of another geometry is refused.
 // Part of format version 1; version 2 changes only the number.
+//
+// handleKey (added within format 2: the bytes were zero, and a build
+// that does not know them ignores them) is the secret under which NFS
+// gateways MAC their file handles, random at format; all zero on a file
+// system formatted before it existed, which fsck --upgrade fills in
+// (UpgradeSuper). Only cluster members read block 0.
 type Super struct {
-	UUID    [16]byte
-	Created int64 // unix nanoseconds
+	UUID      [16]byte
+	Created   int64 // unix nanoseconds
+	HandleKey [32]byte
 }
 
-const superFieldsBytes = 40
+const superFieldsBytes = 72
+
+// HasHandleKey reports whether s has a handle key (formatted or upgraded
+// by a build that writes one).
+func (s Super) HasHandleKey() bool { return s.HandleKey != [32]byte{} }
 
 // EncodeSuper returns the superblock block.
 func EncodeSuper(s Super) []byte {
@@ -33,6 +44,7 @@ func EncodeSuper(s Super) []byte {
 	binary.LittleEndian.PutUint32(p[12:], RGsMax)
 	binary.LittleEndian.PutUint64(p[16:], uint64(s.Created))
 	copy(p[24:40], s.UUID[:])
+	copy(p[40:72], s.HandleKey[:])
 	return b
 }
 
@@ -41,17 +53,24 @@ func EncodeSuper(s Super) []byte {
 var ErrOldFormat = fmt.Errorf("layout: file system of an older format")
 
 // UpgradeSuper returns block 0 of a file system of an older format
-// version rewritten as this build's (the format number is the only
-// difference: see FormatVersion), or an error if b is not such a block.
-func UpgradeSuper(b []byte) ([]byte, error) {
-	if _, err := DecodeSuper(b); !errors.Is(err, ErrOldFormat) {
-		if err == nil {
+// version, or of this one without a handle key, rewritten as this
+// build's (the format number and the handle key, drawn from key, are
+// the only differences: see FormatVersion), or an error if b is not
+// such a block.
+func UpgradeSuper(b []byte, key [32]byte) ([]byte, error) {
+	if s, err := DecodeSuper(b); !errors.Is(err, ErrOldFormat) {
+		if err == nil && s.HasHandleKey() {
 			return nil, fmt.Errorf("layout: superblock already has format %d", FormatVersion)
 		}
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
 	}
 	out := slices.Clone(b)
 	binary.LittleEndian.PutUint32(out[HeaderBytes:], FormatVersion)
+	if [32]byte(out[HeaderBytes+40:HeaderBytes+72]) == ([32]byte{}) {
+		copy(out[HeaderBytes+40:], key[:])
+	}
 	if _, err := DecodeSuper(out); err != nil {
 		return nil, err
 	}
@@ -86,5 +105,6 @@ func DecodeSuper(b []byte) (Super, error) {
 	var s Super
 	s.Created = int64(binary.LittleEndian.Uint64(p[16:]))
 	copy(s.UUID[:], p[24:40])
+	copy(s.HandleKey[:], p[40:72])
 	return s, nil
 }
