@@ -166,6 +166,9 @@ type fsMount struct {
 	srv      *fuse.Server
 	dir      string
 	versions bool // the volume keeps file versions
+	// beforeClose runs once the kernel let go, before the file system
+	// closes (an NFS gateway on the same fs node stops there).
+	beforeClose func()
 }
 
 // kernelCacheDefault is how long the kernel keeps names and attributes
@@ -258,6 +261,9 @@ func (m *fsMount) wait(ctx context.Context) error {
 		}
 		<-gone
 	case <-gone:
+	}
+	if m.beforeClose != nil {
+		m.beforeClose()
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

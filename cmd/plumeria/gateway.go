@@ -16,6 +16,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
 	"github.com/plumeria-fs/plumeria/node"
@@ -100,25 +101,14 @@ Clients name the port, there is no rpcbind:
 			return fmt.Errorf("listen on %s: %w", listen, err)
 		}
 		defer ln.Close()
-		n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: cacheBytes})
+		n, srv, err := startGateway(ctx, cl, name, id, ln, nfs.Options{Export: name, Allow: prefixes, NoRootSquash: noRootSquash,
+			AnonUID: anonUID, AnonGID: anonGID, ReadOnly: readOnly, Verifier: loadVerifier(state, log), Logger: log}, node.FSNodeOptions{Logger: log, DataCacheBytes: cacheBytes})
 		if err != nil {
-			if errors.Is(err, filesys.ErrNotFormatted) {
-				return fmt.Errorf("%w: run plumeria format --volume %s first", err, name)
-			}
 			return err
 		}
-		uuid, key, _ := n.FS.Identity()
-		verf := loadVerifier(state, log)
-		srv, err := nfs.New(n.FS, uuid, key, nfs.Options{Export: name, Allow: prefixes, NoRootSquash: noRootSquash,
-			AnonUID: anonUID, AnonGID: anonGID, ReadOnly: readOnly, Verifier: verf, Logger: log})
-		if err != nil {
-			n.Close(context.Background())
-			return err
-		}
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ln) }()
+		served := srv.served
 		fmt.Printf("serving volume %s over NFSv3 on %s as /%s (node %s; clients: %s)\n", name, ln.Addr(), name, id, allow)
-		fmt.Printf("  try: nfs-ls 'nfs://%s/%s?nfsport=%d&mountport=%d'\n", hostOf(ln.Addr()), name, portOf(ln.Addr()), portOf(ln.Addr()))
+		fmt.Printf("  try: %s\n", nfsHint(ln.Addr(), name))
 		select {
 		case <-ctx.Done():
 		case err = <-served:
@@ -137,6 +127,38 @@ Clients name the port, there is no rpcbind:
 		return err
 	}
 	return c
+}
+
+// gateway is an NFS server being served in the background.
+type gateway struct {
+	*nfs.Server
+	served <-chan error // Serve's end
+}
+
+// startGateway starts fs node id of volume name and serves it over
+// NFSv3 on ln in the background.
+func startGateway(ctx context.Context, cl *coordclient.Client, name, id string, ln net.Listener, opts nfs.Options, nopts node.FSNodeOptions) (*node.FSNode, *gateway, error) {
+	n, err := node.MountFS(ctx, cl, name, id, nopts)
+	if err != nil {
+		if errors.Is(err, filesys.ErrNotFormatted) {
+			return nil, nil, fmt.Errorf("%w: run plumeria format --volume %s first", err, name)
+		}
+		return nil, nil, err
+	}
+	uuid, key, _ := n.FS.Identity()
+	srv, err := nfs.New(n.FS, uuid, key, opts)
+	if err != nil {
+		n.Close(context.Background())
+		return nil, nil, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return n, &gateway{srv, served}, nil
+}
+
+// nfsHint is a command that lists the export at addr.
+func nfsHint(addr net.Addr, volume string) string {
+	return fmt.Sprintf("nfs-ls 'nfs://%s/%s?nfsport=%d&mountport=%d'", hostOf(addr), volume, portOf(addr), portOf(addr))
 }
 
 // parseAllow reads --allow: CIDRs or single addresses.

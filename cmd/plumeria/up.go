@@ -6,17 +6,20 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
+	"github.com/plumeria-fs/plumeria/frontend/nfs"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/node"
 )
@@ -81,7 +84,7 @@ func ensureVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 }
 
 func upCmd() *cobra.Command {
-	var dir, mnt, httpAddr string
+	var dir, mnt, httpAddr, nfsAddr string
 	var port int
 	var replicas uint32
 	var fileVersions bool
@@ -95,6 +98,7 @@ func upCmd() *cobra.Command {
 	c.Flags().IntVar(&port, "port", 7001, "first of four consecutive loopback ports")
 	c.Flags().StringVar(&httpAddr, "http", "", `HOST:PORT of the web dashboard and /metrics (default 127.0.0.1:<port+9>; "none" for neither)`)
 	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk of the volume, 1 to 3 (when the volume is created: an existing DIR keeps its own)")
+	c.Flags().StringVar(&nfsAddr, "nfs", "", "also serve the volume over NFSv3 on this HOST:PORT to clients on loopback, root not squashed (plumeria gateway serves other machines)")
 	c.Flags().BoolVar(&fileVersions, "file-versions", false, "keep a version of each file at every close that changed it, and directories' name histories (MNT/.plumeria/at/T; when the volume is created). Old versions' space is not given back yet")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if replicas < 1 || replicas > 3 {
@@ -133,6 +137,13 @@ func upCmd() *cobra.Command {
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			return fmt.Errorf("up: mount point: %w", err)
 		}
+		var nfsLn net.Listener
+		if nfsAddr != "" {
+			if nfsLn, err = net.Listen("tcp", nfsAddr); err != nil {
+				return fmt.Errorf("up: --nfs: %w", err)
+			}
+			defer nfsLn.Close()
+		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
 		host, _ := os.Hostname()
@@ -140,8 +151,30 @@ func upCmd() *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("up: %w", err)
 		}
+		nfsLine := ""
+		if nfsLn != nil {
+			// A node of its own: the FUSE node's kernel caches are kept
+			// coherent by the locks only with other nodes' changes.
+			gw, srv, err := startGateway(ctx, cl, "default", "up-"+host+"-nfs", nfsLn, nfs.Options{Export: "default", NoRootSquash: true, Logger: log,
+				Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}}, node.FSNodeOptions{Logger: log})
+			if err != nil {
+				stop()
+				m.wait(ctx)
+				return fmt.Errorf("up: --nfs: %w", err)
+			}
+			m.beforeClose = func() {
+				srv.Close()
+				cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := gw.Close(cctx); err != nil {
+					fmt.Fprintf(os.Stderr, "stop the NFS gateway's fs node: %v\n", err)
+				}
+			}
+			nfsLine = fmt.Sprintf("NFSv3 export /default on %s (loopback clients): %s\n", nfsLn.Addr(), nfsHint(nfsLn.Addr(), "default"))
+		}
 		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (%d replicas), state in %s\n", lc.coord, have, dir)
 		fmt.Printf("mounted on %s\n", mnt)
+		fmt.Print(nfsLine)
 		if lc.http != "" {
 			fmt.Printf("dashboard: http://%s/\n", lc.http)
 		}
