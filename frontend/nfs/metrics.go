@@ -26,6 +26,8 @@ var (
 		Help: "Requests dropped or refused because they did not decode or were too large."}
 	nfsVerifierOpts = prometheus.CounterOpts{Name: "plumeria_nfs_verifier_changes_total",
 		Help: "Times the write verifier changed because unstable data may have been lost (clients resend it)."}
+	nfsDuplicateOpts = prometheus.CounterOpts{Name: "plumeria_nfs_duplicate_requests_total",
+		Help: "Changes sent again by a client (same xid) answered from the duplicate request cache or dropped while the first ran."}
 	nfsBatchingOpts = prometheus.GaugeOpts{Name: "plumeria_nfs_group_commit_factor",
 		Help: "Requests that waited for the redo log per log write since the gateway started (Calaveras' batching factor, for the NFS requests)."}
 )
@@ -38,6 +40,7 @@ type metrics struct {
 	refused         prometheus.Counter
 	malformed       prometheus.Counter
 	verifierChanges prometheus.Counter
+	duplicates      prometheus.Counter
 }
 
 // logStats is implemented by *filesys.FS: the redo log's counters.
@@ -51,6 +54,7 @@ func newMetrics(r prometheus.Registerer, fsys FileSystem) *metrics {
 		refused:         prom.Shared(r, prometheus.NewCounter(nfsRefusedOpts)),
 		malformed:       prom.Shared(r, prometheus.NewCounter(nfsMalformedOpts)),
 		verifierChanges: prom.Shared(r, prometheus.NewCounter(nfsVerifierOpts)),
+		duplicates:      prom.Shared(r, prometheus.NewCounter(nfsDuplicateOpts)),
 	}
 	if ls, ok := fsys.(logStats); ok {
 		base := ls.LogStats().Batches

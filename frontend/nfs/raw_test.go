@@ -533,3 +533,33 @@ func TestReaddirCookies(t *testing.T) {
 	}
 	_ = binary.BigEndian
 }
+
+// TestDuplicateRequest resends a REMOVE with the same xid on a new
+// connection: it gets the first reply (NFS3_OK), not NFS3ERR_NOENT.
+func TestDuplicateRequest(t *testing.T) {
+	fsys := testFS(t)
+	_, addr := serve(t, fsys, Options{NoRootSquash: true})
+	rc := dialRaw(t, addr)
+	root := rc.root("/fs")
+	rc.create(root, "f", createGuarded, 0)
+	rec := rc.callBytes(progNFS, 12, func(e *encoder) { e.opaque(root); e.str("f") })
+	for i := range 2 {
+		c := dialRaw(t, addr)
+		c.c.Write(rec)
+		d := decoder{b: c.reply()}
+		d.u32()
+		d.u32()
+		d.u32()
+		d.u32()
+		d.opaque(400)
+		d.u32()
+		if st := d.u32(); st != nfsOK {
+			t.Fatalf("remove sent %d times: %d", i+1, st)
+		}
+	}
+	// Another xid is another call.
+	d := rc.call(progNFS, 12, func(e *encoder) { e.opaque(root); e.str("f") })
+	if st := d.u32(); st != nfsErrNoEnt {
+		t.Fatalf("a new remove of a removed name: %d", st)
+	}
+}

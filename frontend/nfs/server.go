@@ -113,6 +113,7 @@ type Server struct {
 	ln      []net.Listener
 	conns   map[net.Conn]struct{}
 	closing bool
+	drc     *drc
 }
 
 // New returns a server of fsys, whose identity (uuid and handle key,
@@ -136,7 +137,7 @@ func New(fsys FileSystem, uuid [16]byte, handleKey [32]byte, opts Options) (*Ser
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{fs: fsys, opts: opts, h: newHandles(uuid, handleKey), log: opts.Logger, conns: map[net.Conn]struct{}{}}
+	s := &Server{fs: fsys, opts: opts, h: newHandles(uuid, handleKey), log: opts.Logger, conns: map[net.Conn]struct{}{}, drc: newDRC()}
 	s.export = s.h.export
 	s.m = newMetrics(opts.Registerer, fsys)
 	v := opts.Verifier
@@ -345,6 +346,20 @@ func (c *conn) serve(rec []byte) {
 		} else {
 			rejectReply(&e, call.xid, &rejection{denied: true, stat: rejectAuthError, auth: authTooWeak})
 		}
+	case call.prog == progNFS && call.vers == 3 && nonIdempotent[call.proc]:
+		k := c.s.drc.key(c.peer, call.xid, rec)
+		reply, running := c.s.drc.begin(k, time.Now())
+		switch {
+		case running:
+			c.s.m.duplicates.Inc()
+			return // the first is still running: the client sends it again
+		case reply != nil:
+			c.s.m.duplicates.Inc()
+			c.write(reply)
+			return
+		}
+		c.s.dispatch(&call, &e, c)
+		c.s.drc.finish(k, finishRecord(&e), time.Now())
 	default:
 		c.s.dispatch(&call, &e, c)
 	}
