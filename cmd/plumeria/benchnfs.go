@@ -1,0 +1,648 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	nfsc "github.com/willscott/go-nfs-client/nfs"
+	"github.com/willscott/go-nfs-client/nfs/rpc"
+	"github.com/willscott/go-nfs-client/nfs/xdr"
+
+	"github.com/plumeria-fs/plumeria/bench/fsbench"
+)
+
+// Bounds of `bench nfs`'s flags.
+const (
+	benchNFSClientsMax = 256
+	benchNFSFilesMax   = 1_000_000
+	benchNFSRunsMax    = 99
+	// benchNFSCallTimeout replaces go-nfs-client's 5 s reply timeout, after
+	// which it resends the call: a resent GUARDED CREATE whose first copy
+	// was served fails with NFS3ERR_EXIST. A durable CREATE may wait out
+	// a failover of the log's volume.
+	benchNFSCallTimeout = time.Minute
+	benchMetricsTimeout = 10 * time.Second
+)
+
+// The series the batching factors are computed from (docs/operations.md,
+// Metrics). logWrites is the histogram of records per redo log write: its
+// _count is the number of log writes carrying records (redo.Stats.Batches).
+const (
+	metricDurableWaits = "plumeria_nfs_durable_waits_total"
+	metricLogWrites    = "plumeria_fs_log_batch_records_count"
+	metricFuseOps      = "plumeria_fuse_op_seconds_count"
+)
+
+// benchNFSConfig is what `plumeria bench nfs` runs.
+type benchNFSConfig struct {
+	gateway        string // HOST:PORT of the NFS gateway
+	export         string // the export's name (the volume's), without "/"
+	gatewayMetrics string // HOST:PORT of the gateway's /metrics; "" none
+	mountMetrics   string // HOST:PORT of the mount's /metrics; "" none
+	dir            string // the FUSE mount (or any directory)
+	clients        []int  // concurrent clients, one run each
+	files          int    // files each client creates per run
+	runs           int    // rounds of every client count; medians are printed
+	log            io.Writer
+}
+
+func benchNFSCmd() *cobra.Command {
+	cfg := benchNFSConfig{log: os.Stderr}
+	c := &cobra.Command{
+		Use:   "nfs --gateway HOST:PORT [--export NAME] [--clients 1,4,16] [--files N] [--runs N] DIR",
+		Short: "Group commit: N clients doing synchronous creates over NFS, against creates with fsync on a FUSE mount",
+		Long: "`plumeria bench nfs` measures the redo log's group commit as clients see it. For each client\n" +
+			"count N of --clients it runs N clients at once, each creating --files empty files one after\n" +
+			"the other in a directory of its own, and times each create:\n" +
+			"  over NFS: each client has its own TCP connection to the gateway (go-nfs-client, AUTH_SYS\n" +
+			"  uid 0: the gateway needs --no-root-squash) and sends one GUARDED CREATE per file, with the\n" +
+			"  directory's handle; the gateway replies once the create is durable;\n" +
+			"  on DIR: each client is a goroutine doing open(O_CREAT|O_EXCL), fsync, close per file. DIR is\n" +
+			"  a FUSE mount of the same volume (or any directory, for reference).\n" +
+			"Results go to stdout, one line per metric (name value unit), progress to stderr:\n" +
+			"  nfs_create_cN ops/s                  creates per second, all N clients together\n" +
+			"  nfs_create_cN_latency us             the median create, as its client saw it\n" +
+			"  nfs_create_cN_latency_p99 us         its 99th percentile (nearest rank)\n" +
+			"  nfs_create_cN_batching waits/log_write   with --gateway-metrics: the batching factor,\n" +
+			"      the run's increase of " + metricDurableWaits + " (requests that waited\n" +
+			"      for the log) over that of " + metricLogWrites + " (redo log\n" +
+			"      writes carrying records) on the gateway's /metrics\n" +
+			"  fuse_create_fsync_cN ops/s, _latency us, _latency_p99 us   the same on DIR\n" +
+			"  fuse_create_fsync_cN_batching fsyncs/log_write   with --mount-metrics: the run's increase of\n" +
+			"      " + metricFuseOps + "{op=\"fsync\"} over that of " + metricLogWrites + "\n" +
+			"      on the mount's /metrics (plumeria mount --metrics-listen, plumeria up --http)\n" +
+			"  nfs_create_cN_ratio ratio(higher=better)   NFS ops/s over DIR's\n" +
+			"With --runs R every client count runs R times (NFS then DIR, interleaved) and each line is\n" +
+			"the median of its R values; each run's lines go to stderr. The runs' directories\n" +
+			"(bench-nfs-*) are removed after the last run, so that no removal's background work slows\n" +
+			"a run. Keep the gateway and the mount otherwise idle: the factors count every request and\n" +
+			"log write of their fs node.",
+		Example: "  plumeria up --dir /tmp/p --http 127.0.0.1:7010 &\n" +
+			"  plumeria gateway --coord 127.0.0.1:7001 --volume default --listen 127.0.0.1:2049 --allow 127.0.0.1 \\\n" +
+			"      --no-root-squash --metrics-listen 127.0.0.1:9102 &\n" +
+			"  plumeria bench nfs --gateway 127.0.0.1:2049 --gateway-metrics 127.0.0.1:9102 \\\n" +
+			"      --mount-metrics 127.0.0.1:7010 --runs 3 /tmp/p/mnt",
+		Args: cobra.ExactArgs(1),
+	}
+	f := c.Flags()
+	f.StringVar(&cfg.gateway, "gateway", "", "HOST:PORT the NFS gateway serves on (plumeria gateway --listen)")
+	f.StringVar(&cfg.export, "export", "default", "the export's name: the gateway's --volume")
+	f.StringVar(&cfg.gatewayMetrics, "gateway-metrics", "", "HOST:PORT of the gateway's /metrics (its --metrics-listen), for the NFS batching factor")
+	f.StringVar(&cfg.mountMetrics, "mount-metrics", "", "HOST:PORT of the /metrics of DIR's fs node (mount --metrics-listen, up --http), for its batching factor")
+	f.IntSliceVar(&cfg.clients, "clients", []int{1, 4, 16}, fmt.Sprintf("client counts, one run each (1 to %d)", benchNFSClientsMax))
+	f.IntVar(&cfg.files, "files", 500, "files each client creates per run")
+	f.IntVar(&cfg.runs, "runs", 1, "rounds of every client count; each line is the median")
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		cfg.dir = args[0]
+		if err := cfg.check(); err != nil {
+			return err
+		}
+		if err := checkBenchDir(c, cfg.dir); err != nil {
+			return err
+		}
+		return runBenchNFS(cmd.Context(), os.Stdout, cfg)
+	}
+	return c
+}
+
+// check reports the first flag out of its bounds.
+func (cfg *benchNFSConfig) check() error {
+	if cfg.gateway == "" {
+		return errors.New("bench nfs: --gateway HOST:PORT is required")
+	}
+	if _, _, err := splitHostPort(cfg.gateway); err != nil {
+		return fmt.Errorf("bench nfs: --gateway: %w", err)
+	}
+	cfg.export = strings.Trim(cfg.export, "/")
+	if cfg.export == "" {
+		return errors.New("bench nfs: --export names no export")
+	}
+	if len(cfg.clients) == 0 {
+		return errors.New("bench nfs: --clients names no client count")
+	}
+	for _, n := range cfg.clients {
+		if n < 1 || n > benchNFSClientsMax {
+			return fmt.Errorf("bench nfs: --clients: %d is not 1 to %d", n, benchNFSClientsMax)
+		}
+	}
+	if cfg.files < 1 || cfg.files > benchNFSFilesMax {
+		return fmt.Errorf("bench nfs: --files: %d is not 1 to %d", cfg.files, benchNFSFilesMax)
+	}
+	if cfg.runs < 1 || cfg.runs > benchNFSRunsMax {
+		return fmt.Errorf("bench nfs: --runs: %d is not 1 to %d", cfg.runs, benchNFSRunsMax)
+	}
+	return nil
+}
+
+// createRun is one side's result for one client count in one run.
+type createRun struct {
+	opsPerSec   float64
+	median, p99 time.Duration
+	factor      float64 // requests per log write; factorUnknown without metrics
+}
+
+const factorUnknown = -1
+
+// benchNFSSides are the two sides of each run, in the order they run.
+var benchNFSSides = [2]struct{ prefix, factorUnit string }{
+	{"nfs_create_c", "waits/log_write"},
+	{"fuse_create_fsync_c", "fsyncs/log_write"},
+}
+
+// runBenchNFS runs every client count cfg.runs times on both sides and
+// prints the medians to w. What the runs made stays until every run is
+// done (a removal's background work would slow the next run), then goes.
+func runBenchNFS(ctx context.Context, w io.Writer, cfg benchNFSConfig) (err error) {
+	rpc.DefaultReadTimeout = benchNFSCallTimeout
+	stamp := strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	fmt.Fprintf(cfg.log, "bench nfs: gateway %s export /%s, DIR %s; clients %v, %d files each, %d run(s)\n",
+		cfg.gateway, cfg.export, cfg.dir, cfg.clients, cfg.files, cfg.runs)
+	var made []func() error
+	defer func() {
+		start := time.Now()
+		for _, remove := range made {
+			if rerr := remove(); rerr != nil && err == nil {
+				err = fmt.Errorf("bench nfs: remove the runs' files: %w", rerr)
+			}
+		}
+		fmt.Fprintf(cfg.log, "bench nfs: removed the runs' files in %v\n", time.Since(start).Round(time.Second))
+	}()
+	// results[side][i] holds the runs of client count cfg.clients[i].
+	var results [2][][]createRun
+	for s := range results {
+		results[s] = make([][]createRun, len(cfg.clients))
+	}
+	start := time.Now()
+	for r := 1; r <= cfg.runs; r++ {
+		for i, n := range cfg.clients {
+			name := fmt.Sprintf("bench-nfs-%s-c%d-r%d", stamp, n, r)
+			dir := filepath.Join(cfg.dir, name+"-fuse")
+			made = append(made, func() error { return removeNFSTop(cfg, name, n) }, func() error { return os.RemoveAll(dir) })
+			sides := [2]func() (createRun, error){
+				func() (createRun, error) { return nfsCreates(ctx, cfg, name, n) },
+				func() (createRun, error) { return fuseCreates(ctx, cfg, dir, n) },
+			}
+			for s, run := range sides {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				res, err := run()
+				if err != nil {
+					return fmt.Errorf("bench nfs: run %d, %d clients: %w", r, n, err)
+				}
+				results[s][i] = append(results[s][i], res)
+				printCreateRun(cfg.log, fmt.Sprintf("run %d: %s%d", r, benchNFSSides[s].prefix, n), benchNFSSides[s].factorUnit, res)
+			}
+		}
+	}
+	fmt.Fprintf(cfg.log, "bench nfs: done in %v\n", time.Since(start).Round(time.Second))
+	var med [2][]createRun
+	for s := range results {
+		for _, runs := range results[s] {
+			med[s] = append(med[s], medianRun(runs))
+		}
+	}
+	printBenchNFS(w, cfg.clients, med[0], med[1])
+	return nil
+}
+
+// printCreateRun prints one side's run as a progress line.
+func printCreateRun(w io.Writer, what, factorUnit string, r createRun) {
+	factor := "unknown"
+	if r.factor != factorUnknown {
+		factor = fsbench.FormatValue(r.factor) + " " + factorUnit
+	}
+	fmt.Fprintf(w, "bench nfs: %s %s ops/s, latency median %s us, p99 %s us, batching %s\n", what,
+		fsbench.FormatValue(r.opsPerSec), fsbench.FormatValue(micros(r.median)), fsbench.FormatValue(micros(r.p99)), factor)
+}
+
+// printBenchNFS prints, per client count, the NFS side's lines, DIR's,
+// and the ratio of their rates. A factor not measured has no line.
+func printBenchNFS(w io.Writer, clients []int, nfs, fuse []createRun) {
+	for i, n := range clients {
+		for s, r := range [2]createRun{nfs[i], fuse[i]} {
+			name := benchNFSSides[s].prefix + strconv.Itoa(n)
+			for _, l := range []fsbench.Result{
+				{Name: name, Value: r.opsPerSec, Unit: "ops/s"},
+				{Name: name + "_latency", Value: micros(r.median), Unit: "us"},
+				{Name: name + "_latency_p99", Value: micros(r.p99), Unit: "us"},
+			} {
+				fmt.Fprintln(w, l)
+			}
+			if r.factor != factorUnknown {
+				fmt.Fprintln(w, fsbench.Result{Name: name + "_batching", Value: r.factor, Unit: benchNFSSides[s].factorUnit})
+			}
+		}
+		fmt.Fprintf(w, "%s%d_ratio %.3f %s\n", benchNFSSides[0].prefix, n, nfs[i].opsPerSec/fuse[i].opsPerSec, ratioUnit("ops/s"))
+	}
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// medianRun is each field's median over runs (of an odd count, the
+// middle value; of an even one, the lower middle). Runs without a factor
+// do not count for the factor's.
+func medianRun(runs []createRun) createRun {
+	pick := func(v []float64) float64 {
+		if len(v) == 0 {
+			return factorUnknown
+		}
+		slices.Sort(v)
+		return v[(len(v)-1)/2]
+	}
+	var ops, med, p99, factor []float64
+	for _, r := range runs {
+		ops = append(ops, r.opsPerSec)
+		med = append(med, float64(r.median))
+		p99 = append(p99, float64(r.p99))
+		if r.factor != factorUnknown {
+			factor = append(factor, r.factor)
+		}
+	}
+	return createRun{opsPerSec: pick(ops), median: time.Duration(pick(med)), p99: time.Duration(pick(p99)), factor: pick(factor)}
+}
+
+// quantileDuration is the q-quantile of sorted by nearest rank.
+func quantileDuration(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// runClients runs n clients at once, each calling op(i) for i in
+// [0, files) and timing each call, and returns the calls per second of
+// them all and the latencies' median and 99th percentile. The clients
+// start together; the first error stops every client at its next call.
+func runClients(n, files int, op func(client, i int) error) (createRun, error) {
+	lat := make([][]time.Duration, n)
+	errs := make([]error, n)
+	var failed sync.Once
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	begin := make(chan struct{})
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-begin
+			lat[c] = make([]time.Duration, 0, files)
+			for i := range files {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				t := time.Now()
+				if err := op(c, i); err != nil {
+					errs[c] = fmt.Errorf("client %d, file %d: %w", c, i, err)
+					failed.Do(func() { close(stop) })
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t))
+			}
+		}()
+	}
+	start := time.Now()
+	close(begin)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return createRun{}, err
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return createRun{opsPerSec: float64(len(all)) / elapsed.Seconds(),
+		median: quantileDuration(all, 0.5), p99: quantileDuration(all, 0.99), factor: factorUnknown}, nil
+}
+
+// nfsConn is one client's connection to the export.
+type nfsConn struct {
+	mount  *nfsc.Mount
+	target *nfsc.Target
+	auth   rpc.Auth
+}
+
+func dialNFS(addr, export string) (*nfsConn, error) {
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := nfsc.DialServiceAtPort(host, port)
+	if err != nil {
+		return nil, fmt.Errorf("connect to the gateway at %s: %w", addr, err)
+	}
+	auth := rpc.AuthUnix{Uid: 0, Gid: 0, GidLen: 1, Machinename: "plumeria-bench"}.Auth()
+	m := &nfsc.Mount{Client: cl}
+	tg, err := m.Mount("/"+export, auth)
+	if err != nil {
+		cl.Close()
+		return nil, fmt.Errorf("mount /%s from %s: %w", export, addr, err)
+	}
+	return &nfsConn{mount: m, target: tg, auth: auth}, nil
+}
+
+func (c *nfsConn) close() {
+	c.mount.Unmount()
+	c.target.Close()
+}
+
+// create sends one GUARDED CREATE of name in the directory of handle dir
+// (mode 0644), as open(O_CREAT|O_EXCL) does: one call, no LOOKUP.
+func (c *nfsConn) create(dir []byte, name string) error {
+	type how struct {
+		Mode uint32 // 1: GUARDED
+		Attr nfsc.Sattr3
+	}
+	return c.call(&struct {
+		rpc.Header
+		Where nfsc.Diropargs3
+		How   how
+	}{c.header(nfsc.NFSProc3Create), nfsc.Diropargs3{FH: dir, Filename: name},
+		how{Mode: 1, Attr: nfsc.Sattr3{Mode: nfsc.SetMode{SetIt: true, Mode: 0o644}}}})
+}
+
+// remove sends one REMOVE of name in the directory of handle dir.
+func (c *nfsConn) remove(dir []byte, name string) error {
+	return c.call(&struct {
+		rpc.Header
+		Object nfsc.Diropargs3
+	}{c.header(nfsc.NFSProc3Remove), nfsc.Diropargs3{FH: dir, Filename: name}})
+}
+
+func (c *nfsConn) header(proc uint32) rpc.Header {
+	return rpc.Header{Rpcvers: 2, Prog: nfsc.Nfs3Prog, Vers: nfsc.Nfs3Vers, Proc: proc, Cred: c.auth, Verf: rpc.AuthNull}
+}
+
+// call sends args and returns the NFS status of the reply as an error.
+func (c *nfsConn) call(args any) error {
+	res, err := c.target.Call(args)
+	if err != nil {
+		return err
+	}
+	st, err := xdr.ReadUint32(res)
+	if err != nil {
+		return err
+	}
+	return nfsc.NFS3Error(st)
+}
+
+// nfsCreates runs n NFS clients creating files in top/c<i> of the export,
+// one connection each.
+func nfsCreates(ctx context.Context, cfg benchNFSConfig, top string, n int) (createRun, error) {
+	setup, err := dialNFS(cfg.gateway, cfg.export)
+	if err != nil {
+		return createRun{}, err
+	}
+	defer setup.close()
+	if _, err := setup.target.Mkdir(top, 0o755); err != nil {
+		return createRun{}, fmt.Errorf("nfs mkdir /%s/%s: %w (a squashed root may not write there: run the gateway with --no-root-squash)", cfg.export, top, err)
+	}
+	conns := make([]*nfsConn, n)
+	dirs := make([][]byte, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	for c := range n {
+		if conns[c], err = dialNFS(cfg.gateway, cfg.export); err != nil {
+			return createRun{}, err
+		}
+		if dirs[c], err = conns[c].target.Mkdir(fmt.Sprintf("%s/c%d", top, c), 0o755); err != nil {
+			return createRun{}, fmt.Errorf("nfs mkdir %s/c%d: %w", top, c, err)
+		}
+	}
+	before, err := scrapeFactor(ctx, cfg.gatewayMetrics, metricDurableWaits)
+	if err != nil {
+		return createRun{}, err
+	}
+	res, err := runClients(n, cfg.files, func(c, i int) error { return conns[c].create(dirs[c], benchFileName(i)) })
+	if err != nil {
+		return createRun{}, fmt.Errorf("nfs create: %w", err)
+	}
+	after, err := scrapeFactor(ctx, cfg.gatewayMetrics, metricDurableWaits)
+	if err != nil {
+		return createRun{}, err
+	}
+	res.factor = after.factorSince(before)
+	return res, nil
+}
+
+// removeNFSTop removes what nfsCreates made in top with n clients, or
+// began to: each client its own directory's files, all at once, on a
+// connection of its own.
+func removeNFSTop(cfg benchNFSConfig, top string, n int) error {
+	setup, err := dialNFS(cfg.gateway, cfg.export)
+	if err != nil {
+		return err
+	}
+	defer setup.close()
+	if _, _, err := setup.target.Lookup(top); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	conns := make([]*nfsConn, n)
+	dirs := make([][]byte, n)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.close()
+			}
+		}
+	}()
+	for c := range n {
+		if conns[c], err = dialNFS(cfg.gateway, cfg.export); err != nil {
+			return err
+		}
+		_, dirs[c], err = conns[c].target.Lookup(fmt.Sprintf("%s/c%d", top, c))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("nfs lookup %s/c%d: %w", top, c, err)
+		}
+	}
+	_, err = runClients(n, cfg.files, func(c, i int) error {
+		if dirs[c] == nil {
+			return nil
+		}
+		if err := conns[c].remove(dirs[c], benchFileName(i)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("nfs remove: %w", err)
+	}
+	if err := setup.target.RemoveAll(top); err != nil {
+		return fmt.Errorf("nfs remove /%s/%s: %w", cfg.export, top, err)
+	}
+	return nil
+}
+
+// fuseCreates runs n goroutines creating files in top/c<i>, each with
+// open(O_CREAT|O_EXCL), fsync and close.
+func fuseCreates(ctx context.Context, cfg benchNFSConfig, top string, n int) (createRun, error) {
+	for c := range n {
+		if err := os.MkdirAll(filepath.Join(top, "c"+strconv.Itoa(c)), 0o755); err != nil {
+			return createRun{}, err
+		}
+	}
+	before, err := scrapeFactor(ctx, cfg.mountMetrics, metricFuseOps, `op="fsync"`)
+	if err != nil {
+		return createRun{}, err
+	}
+	res, err := runClients(n, cfg.files, func(c, i int) error {
+		f, err := os.OpenFile(filepath.Join(top, "c"+strconv.Itoa(c), benchFileName(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+	if err != nil {
+		return createRun{}, err
+	}
+	after, err := scrapeFactor(ctx, cfg.mountMetrics, metricFuseOps, `op="fsync"`)
+	if err != nil {
+		return createRun{}, err
+	}
+	res.factor = after.factorSince(before)
+	return res, nil
+}
+
+func benchFileName(i int) string { return fmt.Sprintf("f%06d", i) }
+
+// factorCounts are a fs node's counts of requests that waited for its
+// redo log and of the log's writes, at one moment; ok is false when they
+// were not read.
+type factorCounts struct {
+	waits, writes float64
+	ok            bool
+}
+
+// factorSince is the batching factor between then and c: requests per
+// log write.
+func (c factorCounts) factorSince(then factorCounts) float64 {
+	if !c.ok || !then.ok || c.writes <= then.writes {
+		return factorUnknown
+	}
+	return (c.waits - then.waits) / (c.writes - then.writes)
+}
+
+// scrapeFactor reads the requests (metric waits, in the series with
+// every label of labels) and log writes from the /metrics at addr; with
+// no addr, it reads nothing.
+func scrapeFactor(ctx context.Context, addr, waits string, labels ...string) (factorCounts, error) {
+	if addr == "" {
+		return factorCounts{}, nil
+	}
+	text, err := fetchMetrics(ctx, addr)
+	if err != nil {
+		return factorCounts{}, err
+	}
+	c := factorCounts{ok: true}
+	var found bool
+	if c.waits, found = metricSum(text, waits, labels...); !found && len(labels) == 0 {
+		return factorCounts{}, fmt.Errorf("http://%s/metrics has no %s: not an NFS gateway?", addr, waits)
+	}
+	if c.writes, found = metricSum(text, metricLogWrites); !found {
+		return factorCounts{}, fmt.Errorf("http://%s/metrics has no %s: no file system served there?", addr, metricLogWrites)
+	}
+	return c, nil
+}
+
+func fetchMetrics(ctx context.Context, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, benchMetricsTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("read metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("read metrics from http://%s/metrics: %s", addr, resp.Status)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	return string(b), err
+}
+
+// metricSum adds the values of every sample of metric name, in
+// Prometheus's text format, whose labels include each of labels (written
+// as in the text: op="fsync"). found says whether any sample matched.
+func metricSum(text, name string, labels ...string) (sum float64, found bool) {
+	s := bufio.NewScanner(strings.NewReader(text))
+	s.Buffer(nil, 1<<20)
+	for s.Scan() {
+		line := s.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		var lbls string
+		if rest[0] == '{' {
+			end := strings.LastIndexByte(rest, '}')
+			if end < 0 {
+				continue
+			}
+			lbls, rest = rest[1:end], rest[end+1:]
+		}
+		if !hasLabels(lbls, labels) {
+			continue
+		}
+		fields := strings.Fields(rest) // value [timestamp]
+		if len(fields) == 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			continue
+		}
+		sum, found = sum+v, true
+	}
+	return sum, found
+}
+
+// hasLabels reports whether the label list lbls (a="x",b="y") holds each
+// of want.
+func hasLabels(lbls string, want []string) bool {
+	for _, w := range want {
+		i := strings.Index(lbls, w)
+		if i < 0 || (i > 0 && lbls[i-1] != ',') || (i+len(w) < len(lbls) && lbls[i+len(w)] != ',') {
+			return false
+		}
+	}
+	return true
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 1 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: not a port", p)
+	}
+	return host, port, nil
+}
