@@ -43,6 +43,9 @@ type Options struct {
 	// UnprivilegedUID and UnprivilegedGID are the ids the permissions case
 	// acts as (it needs root to switch). Zero means 65534 (nobody).
 	UnprivilegedUID, UnprivilegedGID int
+	// SymlinkMax is the longest symlink target the mount can make (zero:
+	// 4095, PATH_MAX - 1); the symlink case makes one this long.
+	SymlinkMax int
 	// Keep leaves the scratch directory in place even when every case passed
 	// (it is always kept after a failure, for inspection).
 	Keep bool

@@ -563,3 +563,36 @@ func TestDuplicateRequest(t *testing.T) {
 		t.Fatalf("a new remove of a removed name: %d", st)
 	}
 }
+
+// TestSymlinkLong makes a symlink with the longest target (PATH_MAX - 1)
+// and reads it back.
+func TestSymlinkLong(t *testing.T) {
+	fsys := testFS(t)
+	_, addr := serve(t, fsys, Options{NoRootSquash: true})
+	rc := dialRaw(t, addr)
+	root := rc.root("/fs")
+	target := string(bytes.Repeat([]byte("t/"), filesys.SymlinkBytesMax/2)) + "x"
+	d := rc.call(progNFS, 10, func(e *encoder) {
+		e.opaque(root)
+		e.str("l")
+		for range 4 {
+			e.boolean(false)
+		}
+		e.u32(dontChange)
+		e.u32(dontChange)
+		e.str(target)
+	})
+	if st := d.u32(); st != nfsOK {
+		t.Fatalf("symlink with a %d-byte target: %d", len(target), st)
+	}
+	d.boolean()
+	fh := bytes.Clone(d.opaque(fhMax))
+	d = rc.call(progNFS, 5, func(e *encoder) { e.opaque(fh) })
+	if st := d.u32(); st != nfsOK {
+		t.Fatalf("readlink: %d", st)
+	}
+	skipPostOp(d)
+	if got := d.str(maxPath); got != target {
+		t.Fatalf("readlink: %d bytes, want %d", len(got), len(target))
+	}
+}
