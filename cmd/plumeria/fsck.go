@@ -35,7 +35,7 @@ clean (or everything found was repaired), 1 otherwise.`,
 	connect := coordFlag(c)
 	c.Flags().StringVar(&vol, "volume", "", "volume name")
 	c.Flags().BoolVar(&repair, "repair", false, "repair what can be repaired safely (writes to the volume)")
-	c.Flags().BoolVar(&upgrade, "upgrade", false, "check a file system of an earlier format (repairing what is safe) and, if clean, upgrade it to this build's format")
+	c.Flags().BoolVar(&upgrade, "upgrade", false, "check a file system of an earlier format, or without an NFS handle key, (repairing what is safe) and, if clean, upgrade it to this build's format")
 	c.Flags().StringVar(&snap, "snapshot", "", "check this snapshot of the volume instead (read-only; it may be checked while nodes mount the volume)")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if snap != "" && (repair || upgrade) {

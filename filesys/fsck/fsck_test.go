@@ -565,6 +565,7 @@ func TestUpgrade(t *testing.T) {
 	tr := build(t)
 	b := readBlock(t, tr.dev, layout.SuperAddr)
 	binary.LittleEndian.PutUint32(b[layout.HeaderBytes:], 1) // as format 1 wrote it
+	clear(b[layout.HeaderBytes+40 : layout.HeaderBytes+72])  // and without a handle key
 	tr.dev.WriteData(ctx, b, layout.SuperAddr)
 	if _, err := filesys.Open(ctx, filesys.Config{Dev: tr.dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "m", Session: 9}); !errors.Is(err, layout.ErrOldFormat) {
 		t.Fatalf("mount of format 1: %v", err)
@@ -579,6 +580,23 @@ func TestUpgrade(t *testing.T) {
 	expectClean(t, rep)
 	if rep, err := Check(ctx, tr.dev, Options{}); err != nil || rep.Upgraded {
 		t.Fatalf("check after the upgrade: %+v %v", rep, err)
+	}
+	if s, err := layout.DecodeSuper(readBlock(t, tr.dev, layout.SuperAddr)); err != nil || !s.HasHandleKey() {
+		t.Fatalf("no handle key after the upgrade: %v", err)
+	}
+	// A format-2 file system without a handle key (formatted before
+	// NFS gateways) gets one from --upgrade, and only then.
+	b = readBlock(t, tr.dev, layout.SuperAddr)
+	clear(b[layout.HeaderBytes+40 : layout.HeaderBytes+72])
+	tr.dev.WriteData(ctx, b, layout.SuperAddr)
+	if rep, err := Check(ctx, tr.dev, Options{}); err != nil || rep.Upgraded {
+		t.Fatalf("check of a keyless file system: %+v %v", rep, err)
+	}
+	if rep, err := Check(ctx, tr.dev, Options{Upgrade: true}); err != nil || !rep.Upgraded {
+		t.Fatalf("upgrade of a keyless file system: %+v %v", rep, err)
+	}
+	if s, err := layout.DecodeSuper(readBlock(t, tr.dev, layout.SuperAddr)); err != nil || !s.HasHandleKey() {
+		t.Fatalf("no handle key after the second upgrade: %v", err)
 	}
 	tr.verify(t)
 }
