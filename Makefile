@@ -9,6 +9,12 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/plumeria
 
 # deps installs what the tests need on a fresh Debian machine, if missing.
+# NFS clients for the NFS gateway's tests (docs/testing.md, "NFS clients"):
+# libnfs-utils (nfs-ls, nfs-cp, nfs-cat), and fuse-nfs built with its POSIX
+# fixes into $(FUSE_NFS_PREFIX) from FUSE_NFS_SRC (GPL source kept outside
+# this repository) by deploy/fuse-nfs-build.sh, which returns at once when built.
+FUSE_NFS_SRC ?= $(firstword $(wildcard $(CURDIR)/../shared/tools/fuse-nfs /work/shared/tools/fuse-nfs))
+FUSE_NFS_PREFIX ?= /opt/plumeria-fuse-nfs
 deps:
 	@command -v fusermount3 >/dev/null 2>&1 || { echo "installing fuse3"; \
 		(apt-get update -qq && apt-get install -y -qq fuse3) >/dev/null 2>&1 || echo "warning: could not install fuse3 (FUSE tests will skip)"; }
@@ -16,6 +22,13 @@ deps:
 		(apt-get update -qq && apt-get install -y -qq iptables iproute2) >/dev/null 2>&1 || echo "warning: could not install iptables/iproute2 (the chaos harness will skip)"; }
 	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium"; \
 		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "warning: could not install chromium (the dashboard browser test will skip)"; }
+	@command -v nfs-ls >/dev/null 2>&1 || { echo "installing libnfs-utils"; \
+		(apt-get update -qq && apt-get install -y -qq libnfs-utils) >/dev/null 2>&1 || echo "warning: could not install libnfs-utils (the nfs-ls/nfs-cp tests will skip)"; }
+	@if [ -z "$(FUSE_NFS_SRC)" ]; then \
+		[ -x $(FUSE_NFS_PREFIX)/bin/fuse-nfs ] || echo "warning: no fuse-nfs source (set FUSE_NFS_SRC) (the NFS-through-FUSE tests will skip)"; \
+	else \
+		sh deploy/fuse-nfs-build.sh "$(FUSE_NFS_SRC)" $(FUSE_NFS_PREFIX) || echo "warning: could not build fuse-nfs (the NFS-through-FUSE tests will skip)"; \
+	fi
 
 vet:
 	$(GO) vet ./...
