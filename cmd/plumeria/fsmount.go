@@ -122,17 +122,13 @@ func mountCmd() *cobra.Command {
 		}
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 		defer stop()
-		var level slog.Level
-		if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-			return fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
-		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		cacheBytes, err := parseBytes(dataCache)
+		log, err := newLogger(logLevel)
 		if err != nil {
-			return fmt.Errorf("--data-cache %q: %w", dataCache, err)
+			return err
 		}
-		if cacheBytes == 0 {
-			cacheBytes = -1 // none
+		cacheBytes, err := parseDataCache(dataCache)
+		if err != nil {
+			return err
 		}
 		raBytes, err := parseBytes(readAhead)
 		if err != nil {
@@ -229,6 +225,28 @@ func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir 
 	opts := mo.fuse
 	opts.Volume, opts.Logger, opts.ReadOnly = name+"@"+snap, log, true
 	return serveMount(dir, n.FS, opts, n.Close)
+}
+
+// newLogger is the logger of --log-level.
+func newLogger(logLevel string) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// parseDataCache reads --data-cache (node.FSNodeOptions.DataCacheBytes:
+// 0 becomes -1, none).
+func parseDataCache(s string) (int64, error) {
+	n, err := parseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("--data-cache %q: %w", s, err)
+	}
+	if n == 0 {
+		n = -1 // none
+	}
+	return n, nil
 }
 
 func checkMountPoint(dir string) error {

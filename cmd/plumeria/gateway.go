@@ -70,17 +70,13 @@ Clients name the port, there is no rpcbind:
 			}
 			id = h + "-nfs"
 		}
-		var level slog.Level
-		if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-			return fmt.Errorf("--log-level %q is not a level (use debug, info, warn or error)", logLevel)
-		}
-		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-		cacheBytes, err := parseBytes(dataCache)
+		log, err := newLogger(logLevel)
 		if err != nil {
-			return fmt.Errorf("--data-cache %q: %w", dataCache, err)
+			return err
 		}
-		if cacheBytes == 0 {
-			cacheBytes = -1
+		cacheBytes, err := parseDataCache(dataCache)
+		if err != nil {
+			return err
 		}
 		cl, err := connect()
 		if err != nil {

@@ -165,9 +165,12 @@ func (d *decoder) sattr() sattr {
 	return s
 }
 
-// empty reports whether s changes nothing.
-func (s sattr) empty() bool {
-	return s.set.Mode == nil && s.set.Uid == nil && s.set.Gid == nil && s.set.Size == nil && s.set.Atime == nil && s.set.Mtime == nil
+// mode is the permission bits s sets, or def.
+func (s sattr) mode(def uint32) uint32 {
+	if s.set.Mode != nil {
+		return *s.set.Mode
+	}
+	return def
 }
 
 func unixTime(sec int64) time.Time { return time.Unix(sec, 0) }

@@ -426,10 +426,7 @@ func create(r *request, e *encoder) uint32 {
 // create makes file name in dir as CREATE's how says.
 func (r *request) create(dir filesys.Attr, name string, how uint32, s sattr, verf []byte) (filesys.Attr, uint32) {
 	ctx := r.ctx()
-	mode := uint32(0o644)
-	if s.set.Mode != nil {
-		mode = *s.set.Mode
-	}
+	mode := s.mode(0o644)
 	if how == createUnchecked {
 		// An existing file is kept; only a size (O_TRUNC) applies to it.
 		if a, err := r.s.fs.Lookup(ctx, dir.Ino, name); err == nil {
@@ -516,18 +513,24 @@ func mkdir(r *request, e *encoder) uint32 {
 	dir, st := r.dir(fh, filesys.MayWrite|filesys.MayExec)
 	var a filesys.Attr
 	if st == nfsOK {
-		mode := uint32(0o755)
-		if s.set.Mode != nil {
-			mode = *s.set.Mode
-		}
-		var err error
-		if a, err = r.s.fs.Mkdir(r.ctx(), dir.Ino, name, mode, r.c); err != nil {
-			st = r.status("mkdir", err)
-		} else if st = r.applyOwner(&a, s); st == nfsOK {
-			st = r.durable("mkdir")
-		}
+		a, st = r.makeNode("mkdir", s, func() (filesys.Attr, error) {
+			return r.s.fs.Mkdir(r.ctx(), dir.Ino, name, s.mode(0o755), r.c)
+		})
 	}
 	return r.made(e, dir, a, st)
+}
+
+// makeNode runs mk (a MKDIR, SYMLINK or MKNOD), applies the owner s
+// asks for and waits until it is durable.
+func (r *request) makeNode(op string, s sattr, mk func() (filesys.Attr, error)) (filesys.Attr, uint32) {
+	a, err := mk()
+	if err != nil {
+		return a, r.status(op, err)
+	}
+	if st := r.applyOwner(&a, s); st != nfsOK {
+		return a, st
+	}
+	return a, r.durable(op)
 }
 
 func symlink(r *request, e *encoder) uint32 {
@@ -539,12 +542,9 @@ func symlink(r *request, e *encoder) uint32 {
 	dir, st := r.dir(fh, filesys.MayWrite|filesys.MayExec)
 	var a filesys.Attr
 	if st == nfsOK {
-		var err error
-		if a, err = r.s.fs.Symlink(r.ctx(), dir.Ino, name, target, r.c); err != nil {
-			st = r.status("symlink", err)
-		} else if st = r.applyOwner(&a, s); st == nfsOK {
-			st = r.durable("symlink")
-		}
+		a, st = r.makeNode("symlink", s, func() (filesys.Attr, error) {
+			return r.s.fs.Symlink(r.ctx(), dir.Ino, name, target, r.c)
+		})
 	}
 	return r.made(e, dir, a, st)
 }
@@ -589,16 +589,9 @@ func mknod(r *request, e *encoder) uint32 {
 	}
 	var a filesys.Attr
 	if st == nfsOK {
-		perm := uint32(0o644)
-		if s.set.Mode != nil {
-			perm = *s.set.Mode
-		}
-		var err error
-		if a, err = r.s.fs.Mknod(r.ctx(), dir.Ino, name, mode|perm, rdev, r.c); err != nil {
-			st = r.status("mknod", err)
-		} else if st = r.applyOwner(&a, s); st == nfsOK {
-			st = r.durable("mknod")
-		}
+		a, st = r.makeNode("mknod", s, func() (filesys.Attr, error) {
+			return r.s.fs.Mknod(r.ctx(), dir.Ino, name, mode|s.mode(0o644), rdev, r.c)
+		})
 	}
 	return r.made(e, dir, a, st)
 }

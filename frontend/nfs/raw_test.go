@@ -78,6 +78,21 @@ func (rc *rawClient) reply() []byte {
 	return rec
 }
 
+// accepted reads a reply and returns its decoder at the accept stat
+// (the reply is expected accepted; the stat is for the caller to read).
+func (rc *rawClient) accepted() *decoder {
+	rc.t.Helper()
+	d := &decoder{b: rc.reply()}
+	d.u32() // xid
+	d.u32() // REPLY
+	if st := d.u32(); st != replyAccepted {
+		rc.t.Fatalf("reply denied (%d)", st)
+	}
+	d.u32() // verifier
+	d.opaque(400)
+	return d
+}
+
 // call sends a call and returns the decoder of its results, after
 // checking that it was accepted.
 func (rc *rawClient) call(prog, proc uint32, args func(e *encoder)) *decoder {
@@ -314,19 +329,14 @@ func TestAllowAndSquash(t *testing.T) {
 	if _, err := rc.c.Write(rc.callBytes(progMount, 1, func(e *encoder) { e.str("/fs") })); err != nil {
 		t.Fatal(err)
 	}
-	d := decoder{b: rc.reply()}
-	d.u32()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.opaque(400)
+	d := rc.accepted()
 	if d.u32() != acceptSuccess || d.u32() != mntErrAcces {
 		t.Fatal("a client outside --allow mounted")
 	}
 	if _, err := rc.c.Write(rc.callBytes(progNFS, 0, nil)); err != nil {
 		t.Fatal(err)
 	}
-	d = decoder{b: rc.reply()}
+	d = &decoder{b: rc.reply()}
 	d.u32()
 	d.u32()
 	if d.u32() != replyDenied || d.u32() != rejectAuthError || d.u32() != authTooWeak {
@@ -408,12 +418,7 @@ func TestMalformed(t *testing.T) {
 	// Arguments that do not decode: GARBAGE_ARGS, and the connection goes on.
 	rec := bad.callBytes(progNFS, 3, func(e *encoder) { e.u32(1 << 30) }) // LOOKUP, handle length 2^30
 	bad.c.Write(rec)
-	d := decoder{b: bad.reply()}
-	d.u32()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.opaque(400)
+	d := bad.accepted()
 	if st := d.u32(); st != acceptGarbageArgs {
 		t.Fatalf("garbage arguments: accept stat %d", st)
 	}
@@ -421,13 +426,8 @@ func TestMalformed(t *testing.T) {
 	big := bad.callBytes(progNFS, 7, func(e *encoder) { e.b = append(e.b, make([]byte, maxRecord+10)...) })
 	var wg sync.WaitGroup
 	wg.Go(func() { bad.c.Write(big) })
-	d = decoder{b: bad.reply()}
+	d = bad.accepted()
 	wg.Wait()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.opaque(400)
 	if st := d.u32(); st != acceptGarbageArgs {
 		t.Fatalf("oversized call: accept stat %d", st)
 	}
@@ -444,22 +444,12 @@ func TestMalformed(t *testing.T) {
 	}
 	// Unknown program and procedure.
 	good.c.Write(good.callBytes(12345, 0, nil))
-	d = decoder{b: good.reply()}
-	d.u32()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.opaque(400)
+	d = good.accepted()
 	if st := d.u32(); st != acceptProgUnavail {
 		t.Fatalf("unknown program: %d", st)
 	}
 	good.c.Write(good.callBytes(progNFS, 99, nil))
-	d = decoder{b: good.reply()}
-	d.u32()
-	d.u32()
-	d.u32()
-	d.u32()
-	d.opaque(400)
+	d = good.accepted()
 	if st := d.u32(); st != acceptProcUnavail {
 		t.Fatalf("unknown procedure: %d", st)
 	}
@@ -546,12 +536,7 @@ func TestDuplicateRequest(t *testing.T) {
 	for i := range 2 {
 		c := dialRaw(t, addr)
 		c.c.Write(rec)
-		d := decoder{b: c.reply()}
-		d.u32()
-		d.u32()
-		d.u32()
-		d.u32()
-		d.opaque(400)
+		d := c.accepted()
 		d.u32()
 		if st := d.u32(); st != nfsOK {
 			t.Fatalf("remove sent %d times: %d", i+1, st)
