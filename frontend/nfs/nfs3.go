@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -300,7 +301,7 @@ func read(r *request, e *encoder) uint32 {
 	e.u32(0) // eof
 	e.u32(0) // length
 	start := len(e.b)
-	e.b = append(e.b, make([]byte, count+3)...)[:start+int(count)]
+	e.b = slices.Grow(e.b, int(count)+3)[:start+int(count)]
 	n, err := r.s.fs.Read(r.ctx(), a.Ino, a.Gen, e.b[start:], off)
 	if err != nil {
 		st = r.status("read", err)

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -213,8 +214,12 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 }
 
+// closeGrace is how long Close lets requests under way finish before it
+// cancels them (a request waiting for a lock, say).
+const closeGrace = 10 * time.Second
+
 // Close stops accepting, drops every connection and waits for the
-// requests under way.
+// requests under way (cancelled after closeGrace).
 func (s *Server) Close() error {
 	s.mu.Lock()
 	s.closing = true
@@ -225,7 +230,14 @@ func (s *Server) Close() error {
 		c.Close()
 	}
 	s.mu.Unlock()
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(closeGrace):
+		s.cancel()
+		<-done
+	}
 	s.cancel()
 	return nil
 }
@@ -321,8 +333,21 @@ func (c *conn) write(rec []byte) {
 
 var replyPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-// serve answers one call.
+// serve answers one call. A call that panics (a bug) is answered
+// SYSTEM_ERR and logged; the gateway goes on serving.
 func (c *conn) serve(rec []byte) {
+	var xid uint32
+	if len(rec) >= 4 {
+		xid = binary.BigEndian.Uint32(rec)
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			c.s.log.Error("nfs: a call failed with a panic (a bug): answered SYSTEM_ERR", "client", c.peer.String(), "panic", p, "stack", string(debug.Stack()))
+			var e encoder
+			replyHeader(&e, xid, acceptSystemErr)
+			c.write(finishRecord(&e))
+		}
+	}()
 	call, rej, ok := parseCall(rec)
 	if !ok {
 		c.s.m.malformed.Inc()
