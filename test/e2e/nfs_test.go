@@ -759,3 +759,51 @@ func TestNFSReadOnlyAndRootSquash(t *testing.T) {
 		}
 	})
 }
+
+// TestNFSFailover: two gateways of one volume. A client's handles from
+// the first work on the second (they name the file system, the inode and
+// the generation, not a process); after the first is SIGKILLed with its
+// data FILE_SYNC'd, the second serves it, and a COMMIT there carries
+// another verifier than the first's WRITEs (the first's unstable data
+// may be lost: the client resends).
+func TestNFSFailover(t *testing.T) {
+	_, rng := seed(t)
+	c := startFSCluster(t, nil)
+	gw1 := c.startGateway("gw1", "fs", "--allow", "127.0.0.1/32", "--no-root-squash")
+	gw2 := c.startGateway("gw2", "fs", "--allow", "127.0.0.1/32", "--no-root-squash")
+	c.waitGateway(gw1)
+	c.waitGateway(gw2)
+	rc1 := dialRPC(t, gw1.addr, 0, 0)
+	root, st := rc1.mount("/fs")
+	if st != 0 {
+		t.Fatalf("MNT: %d", st)
+	}
+	fh, st := rc1.create(root, "f.dat", 0o644)
+	if st != nfs3OK {
+		t.Fatalf("CREATE: %d", st)
+	}
+	data := randomBytes(rng, 300<<10+3)
+	w, st := rc1.write(fh, 0, data, stableFileSync)
+	if st != nfs3OK {
+		t.Fatalf("WRITE FILE_SYNC: %d", st)
+	}
+	c.kill("gw1")
+	rc2 := dialRPC(t, gw2.addr, 0, 0)
+	var got []byte
+	c.waitFor(120*time.Second, "gw2 reads f.dat through gw1's handle", func() (bool, string) {
+		got, st = rc2.read(fh, 0, uint32(len(data)))
+		return st == nfs3OK, fmt.Sprintf("READ status %d", st)
+	})
+	sameBytes(t, "f.dat through gw2", got, data)
+	// The directory handle from gw1 works on gw2 too.
+	if _, st := rc2.lookup(root, "f.dat"); st != nfs3OK {
+		t.Fatalf("LOOKUP through gw1's root handle on gw2: %d", st)
+	}
+	v2, st := rc2.commit(fh)
+	if st != nfs3OK {
+		t.Fatalf("COMMIT on gw2: %d", st)
+	}
+	if v2 == w.verf {
+		t.Fatalf("gw2's verifier %x is gw1's: a client would not resend what gw1 lost", v2)
+	}
+}
