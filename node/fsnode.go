@@ -32,7 +32,13 @@ type FSNode struct {
 	clerk   *lockclerk.Clerk
 	stop    context.CancelFunc
 	done    chan struct{}
+	failed  chan struct{} // closed when the file system stopped (endSession)
 }
+
+// Failed is closed when the node's file system stopped for good (a lost
+// lease, a failed log or volume write): every call fails from then on,
+// and only a new node (a remount) serves the volume again.
+func (n *FSNode) Failed() <-chan struct{} { return n.failed }
 
 // FSNodeOptions configures MountFS.
 type FSNodeOptions struct {
@@ -64,7 +70,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	if err != nil {
 		return nil, fmt.Errorf("open volume %s: %w", name, err)
 	}
-	n := &FSNode{ID: id, Volume: name, Session: session, vol: vol, cc: cc, log: log, done: make(chan struct{})}
+	n := &FSNode{ID: id, Volume: name, Session: session, vol: vol, cc: cc, log: log, done: make(chan struct{}), failed: make(chan struct{})}
 	ready := make(chan struct{})
 	runCtx, stop := context.WithCancel(context.Background())
 	n.stop = stop
@@ -193,6 +199,7 @@ func (n *FSNode) Crash() {
 // has another node replay the log and only then frees the locks. Without
 // the fence that waits for the lease to run out.
 func (n *FSNode) endSession(cause error) {
+	defer close(n.failed) // OnFail runs once
 	n.stop()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

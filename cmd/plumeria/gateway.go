@@ -97,22 +97,31 @@ Clients name the port, there is no rpcbind:
 			return fmt.Errorf("listen on %s: %w", listen, err)
 		}
 		defer ln.Close()
+		nopts := node.FSNodeOptions{Logger: log, DataCacheBytes: cacheBytes}
 		n, srv, err := startGateway(ctx, cl, name, id, ln, nfs.Options{Export: name, Allow: prefixes, NoRootSquash: noRootSquash,
-			AnonUID: anonUID, AnonGID: anonGID, ReadOnly: readOnly, Verifier: loadVerifier(state, log), Logger: log}, node.FSNodeOptions{Logger: log, DataCacheBytes: cacheBytes})
+			AnonUID: anonUID, AnonGID: anonGID, ReadOnly: readOnly, Verifier: loadVerifier(state, log), Logger: log}, nopts)
 		if err != nil {
 			return err
 		}
-		served := srv.served
 		fmt.Printf("serving volume %s over NFSv3 on %s as /%s (node %s; clients: %s)\n", name, ln.Addr(), name, id, allow)
 		fmt.Printf("  try: %s\n", nfsHint(ln.Addr(), name))
-		select {
-		case <-ctx.Done():
-		case err = <-served:
-			if err != nil {
-				log.Error("nfs: serving stopped", "err", err)
+		for n != nil {
+			select {
+			case <-ctx.Done():
+			case err = <-srv.served:
+				if err != nil {
+					log.Error("nfs: serving stopped", "err", err)
+				}
+			case <-n.Failed():
+				n = remountGateway(ctx, cl, name, id, srv, n, nopts, log)
+				continue
 			}
+			break
 		}
 		srv.Close()
+		if n == nil {
+			return err // stopped while mounting again
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if cerr := n.Close(cctx); cerr != nil {
@@ -123,6 +132,30 @@ Clients name the port, there is no rpcbind:
 		return err
 	}
 	return c
+}
+
+// remountGateway mounts the volume again as node id after the gateway's
+// fs node n stopped (a lost lease, a failed write: only a new node can
+// serve), while the server answers NFS3ERR_JUKEBOX so that clients wait
+// and retry; their handles stay valid (same file system). It returns the
+// new node, or nil if ctx ended first.
+func remountGateway(ctx context.Context, cl *coordclient.Client, name, id string, srv *gateway, n *node.FSNode, nopts node.FSNodeOptions, log *slog.Logger) *node.FSNode {
+	srv.Suspend(errors.New("the gateway's fs node stopped"))
+	log.Error("nfs: the file system stopped (see above: a lost lease or a failed write); clients wait (NFS3ERR_JUKEBOX) while this gateway mounts it again")
+	n.Crash() // its session is fenced already; its log is another node's to replay
+	for {
+		m, err := node.MountFS(ctx, cl, name, id, nopts)
+		if err == nil {
+			srv.Resume(m.FS)
+			return m
+		}
+		log.Error("nfs: mount again failed; retrying in 5s", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(5 * time.Second):
+		}
+	}
 }
 
 // gateway is an NFS server being served in the background.

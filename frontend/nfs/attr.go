@@ -93,7 +93,7 @@ func (r *request) postOp(e *encoder, a filesys.Attr, ok bool) {
 
 // postOpOf encodes ino's attributes now, if it can read them.
 func (r *request) postOpOf(e *encoder, ino uint64) {
-	a, err := r.s.fs.Getattr(r.ctx(), ino)
+	a, err := r.fs.Getattr(r.ctx(), ino)
 	r.postOp(e, a, err == nil)
 }
 

@@ -63,7 +63,7 @@ func FuzzServe(f *testing.F) {
 }
 
 func mustAttr(t testing.TB, s *Server) (a struct{ Gen uint64 }) {
-	at, err := s.fs.Getattr(s.ctx, 1)
+	at, err := s.fsys.Load().fs.Getattr(s.ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ var (
 	nfsDuplicateOpts = prometheus.CounterOpts{Name: "plumeria_nfs_duplicate_requests_total",
 		Help: "Changes sent again by a client (same xid) answered from the duplicate request cache or dropped while the first ran."}
 	nfsBatchingOpts = prometheus.GaugeOpts{Name: "plumeria_nfs_group_commit_factor",
-		Help: "Requests that waited for the redo log per log write since the gateway started (Calaveras' batching factor, for the NFS requests)."}
+		Help: "Requests that waited for the redo log per log write since the gateway mounted the file system (Calaveras' batching factor, for the NFS requests)."}
 )
 
 type metrics struct {
@@ -46,7 +46,7 @@ type metrics struct {
 // logStats is implemented by *filesys.FS: the redo log's counters.
 type logStats interface{ LogStats() redo.Stats }
 
-func newMetrics(r prometheus.Registerer, fsys FileSystem) *metrics {
+func newMetrics(r prometheus.Registerer, s *Server) *metrics {
 	m := &metrics{
 		seconds:         prom.Shared(r, prometheus.NewHistogramVec(nfsSecondsOpts, []string{"op"})),
 		errors:          prom.Shared(r, prometheus.NewCounterVec(nfsErrorsOpts, []string{"op", "status"})),
@@ -56,16 +56,18 @@ func newMetrics(r prometheus.Registerer, fsys FileSystem) *metrics {
 		verifierChanges: prom.Shared(r, prometheus.NewCounter(nfsVerifierOpts)),
 		duplicates:      prom.Shared(r, prometheus.NewCounter(nfsDuplicateOpts)),
 	}
-	if ls, ok := fsys.(logStats); ok {
-		base := ls.LogStats().Batches
-		prom.Shared(r, prometheus.NewGaugeFunc(nfsBatchingOpts, func() float64 {
-			b := ls.LogStats().Batches - base
-			if b == 0 {
-				return 0
-			}
-			return float64(m.syncN.Load()) / float64(b)
-		}))
-	}
+	prom.Shared(r, prometheus.NewGaugeFunc(nfsBatchingOpts, func() float64 {
+		b := s.fsys.Load()
+		ls, ok := b.fs.(logStats)
+		if !ok {
+			return 0
+		}
+		writes := ls.LogStats().Batches - b.logWrites0
+		if writes == 0 {
+			return 0
+		}
+		return float64(m.syncN.Load()-b.waits0) / float64(writes)
+	}))
 	return m
 }
 

@@ -65,7 +65,7 @@ func (r *request) mountPoint(path string) (filesys.Attr, uint32) {
 	if !ok || rest != "" && rest[0] != '/' {
 		return filesys.Attr{}, mntErrNoEnt
 	}
-	a, err := r.s.fs.Getattr(r.ctx(), filesys.RootIno)
+	a, err := r.fs.Getattr(r.ctx(), filesys.RootIno)
 	for _, name := range strings.Split(rest, "/") {
 		if err != nil {
 			break
@@ -82,7 +82,7 @@ func (r *request) mountPoint(path string) (filesys.Attr, uint32) {
 		if cerr := r.c.CheckAccess(a, filesys.MayExec); cerr != nil {
 			return a, mntErrAcces
 		}
-		a, err = r.s.fs.Lookup(r.ctx(), a.Ino, name)
+		a, err = r.fs.Lookup(r.ctx(), a.Ino, name)
 	}
 	if err != nil {
 		switch toStatus(r.s.log, "mount", err) {

@@ -72,7 +72,7 @@ func (r *request) file(fh []byte) (filesys.Attr, uint32) {
 	if err != nil {
 		return filesys.Attr{}, r.status("handle", err)
 	}
-	a, err := r.s.fs.Getattr(r.ctx(), ino)
+	a, err := r.fs.Getattr(r.ctx(), ino)
 	switch {
 	case errors.Is(err, filesys.ErrNotFound):
 		return a, nfsErrStale
@@ -106,8 +106,10 @@ func (r *request) dir(fh []byte, want uint32) (filesys.Attr, uint32) {
 // (the redo log's group commit batches concurrent waits into one write).
 func (r *request) durable(op string) uint32 {
 	r.s.m.durableWait()
-	if err := r.s.fs.Sync(r.ctx()); err != nil {
-		r.s.dataLost(err)
+	if err := r.fs.Sync(r.ctx()); err != nil {
+		if !errors.Is(err, filesys.ErrWouldBlock) { // suspended: nothing new lost
+			r.s.dataLost(err)
+		}
 		return r.status(op, err)
 	}
 	return nfsOK
@@ -167,7 +169,7 @@ func (r *request) setattr(a filesys.Attr, set filesys.SetAttr) uint32 {
 	set, err := r.c.CheckSetattr(a, set)
 	set.Size = size
 	if err == nil {
-		_, err = r.s.fs.Setattr(r.ctx(), a.Ino, set)
+		_, err = r.fs.Setattr(r.ctx(), a.Ino, set)
 	}
 	if err != nil {
 		return r.status("setattr", err)
@@ -189,9 +191,9 @@ func lookup(r *request, e *encoder) uint32 {
 		case ".":
 			a = dir
 		case "..":
-			a, err = r.s.fs.Parent(r.ctx(), dir.Ino)
+			a, err = r.fs.Parent(r.ctx(), dir.Ino)
 		default:
-			a, err = r.s.fs.Lookup(r.ctx(), dir.Ino, name)
+			a, err = r.fs.Lookup(r.ctx(), dir.Ino, name)
 		}
 		st = r.status("lookup", err)
 	}
@@ -249,7 +251,7 @@ func readlink(r *request, e *encoder) uint32 {
 			st = nfsErrInval
 		} else {
 			var err error
-			target, err = r.s.fs.Readlink(r.ctx(), a.Ino)
+			target, err = r.fs.Readlink(r.ctx(), a.Ino)
 			st = r.status("readlink", err)
 		}
 	}
@@ -302,7 +304,7 @@ func read(r *request, e *encoder) uint32 {
 	e.u32(0) // length
 	start := len(e.b)
 	e.b = slices.Grow(e.b, int(count)+3)[:start+int(count)]
-	n, err := r.s.fs.Read(r.ctx(), a.Ino, a.Gen, e.b[start:], off)
+	n, err := r.fs.Read(r.ctx(), a.Ino, a.Gen, e.b[start:], off)
 	if err != nil {
 		st = r.status("read", err)
 		e.b = e.b[:0]
@@ -341,7 +343,7 @@ func write(r *request, e *encoder) uint32 {
 	n := 0
 	if st == nfsOK {
 		var err error
-		n, err = r.s.fs.Write(r.ctx(), a.Ino, a.Gen, data, off, false)
+		n, err = r.fs.Write(r.ctx(), a.Ino, a.Gen, data, off, false)
 		st = r.status("write", err)
 	}
 	if st == nfsOK && stable != unstable {
@@ -361,13 +363,15 @@ func write(r *request, e *encoder) uint32 {
 // volume that keeps them) and an fsync. A failure means acknowledged
 // unstable data may be lost: the verifier changes.
 func (r *request) commit(ino uint64, dataOnly bool) uint32 {
-	err := r.s.fs.Flush(r.ctx(), ino)
+	err := r.fs.Flush(r.ctx(), ino)
 	r.s.m.durableWait()
-	if serr := r.s.fs.Fsync(r.ctx(), ino, dataOnly); err == nil {
+	if serr := r.fs.Fsync(r.ctx(), ino, dataOnly); err == nil {
 		err = serr
 	}
 	if err != nil {
-		r.s.dataLost(fmt.Errorf("inode %d: %w", ino, err))
+		if !errors.Is(err, filesys.ErrWouldBlock) { // suspended: nothing new lost
+			r.s.dataLost(fmt.Errorf("inode %d: %w", ino, err))
+		}
 		return r.status("commit", err)
 	}
 	return nfsOK
@@ -430,7 +434,7 @@ func (r *request) create(dir filesys.Attr, name string, how uint32, s sattr, ver
 	mode := s.mode(0o644)
 	if how == createUnchecked {
 		// An existing file is kept; only a size (O_TRUNC) applies to it.
-		if a, err := r.s.fs.Lookup(ctx, dir.Ino, name); err == nil {
+		if a, err := r.fs.Lookup(ctx, dir.Ino, name); err == nil {
 			if !isReg(a) {
 				return a, nfsErrExist
 			}
@@ -438,26 +442,26 @@ func (r *request) create(dir filesys.Attr, name string, how uint32, s sattr, ver
 				if st := r.setattr(a, filesys.SetAttr{Size: s.set.Size}); st != nfsOK {
 					return a, st
 				}
-				a, _ = r.s.fs.Getattr(ctx, a.Ino)
+				a, _ = r.fs.Getattr(ctx, a.Ino)
 			}
 			return a, nfsOK
 		}
 	}
-	a, err := r.s.fs.Create(ctx, dir.Ino, name, mode, r.c, true)
+	a, err := r.fs.Create(ctx, dir.Ino, name, mode, r.c, true)
 	if how == createExclusive {
 		// The verifier goes in the times (as knfsd does), so that a resent
 		// CREATE finds its own file; the client sets the real times next.
 		at := int64(binary.BigEndian.Uint32(verf))
 		mt := int64(binary.BigEndian.Uint32(verf[4:]))
 		if errors.Is(err, filesys.ErrExists) {
-			if a, lerr := r.s.fs.Lookup(ctx, dir.Ino, name); lerr == nil && isReg(a) && a.Atime.Unix() == at && a.Mtime.Unix() == mt {
+			if a, lerr := r.fs.Lookup(ctx, dir.Ino, name); lerr == nil && isReg(a) && a.Atime.Unix() == at && a.Mtime.Unix() == mt {
 				return a, nfsOK
 			}
 			return a, nfsErrExist
 		}
 		if err == nil {
 			atime, mtime := unixTime(at), unixTime(mt)
-			a, err = r.s.fs.Setattr(ctx, a.Ino, filesys.SetAttr{Atime: &atime, Mtime: &mtime})
+			a, err = r.fs.Setattr(ctx, a.Ino, filesys.SetAttr{Atime: &atime, Mtime: &mtime})
 		}
 	}
 	if err != nil {
@@ -489,7 +493,7 @@ func (r *request) applyOwner(a *filesys.Attr, s sattr) uint32 {
 	}
 	set, err := r.c.CheckSetattr(*a, set)
 	if err == nil {
-		*a, err = r.s.fs.Setattr(r.ctx(), a.Ino, set)
+		*a, err = r.fs.Setattr(r.ctx(), a.Ino, set)
 	}
 	return r.status("setattr", err)
 }
@@ -515,7 +519,7 @@ func mkdir(r *request, e *encoder) uint32 {
 	var a filesys.Attr
 	if st == nfsOK {
 		a, st = r.makeNode("mkdir", s, func() (filesys.Attr, error) {
-			return r.s.fs.Mkdir(r.ctx(), dir.Ino, name, s.mode(0o755), r.c)
+			return r.fs.Mkdir(r.ctx(), dir.Ino, name, s.mode(0o755), r.c)
 		})
 	}
 	return r.made(e, dir, a, st)
@@ -544,7 +548,7 @@ func symlink(r *request, e *encoder) uint32 {
 	var a filesys.Attr
 	if st == nfsOK {
 		a, st = r.makeNode("symlink", s, func() (filesys.Attr, error) {
-			return r.s.fs.Symlink(r.ctx(), dir.Ino, name, target, r.c)
+			return r.fs.Symlink(r.ctx(), dir.Ino, name, target, r.c)
 		})
 	}
 	return r.made(e, dir, a, st)
@@ -591,7 +595,7 @@ func mknod(r *request, e *encoder) uint32 {
 	var a filesys.Attr
 	if st == nfsOK {
 		a, st = r.makeNode("mknod", s, func() (filesys.Attr, error) {
-			return r.s.fs.Mknod(r.ctx(), dir.Ino, name, mode|s.mode(0o644), rdev, r.c)
+			return r.fs.Mknod(r.ctx(), dir.Ino, name, mode|s.mode(0o644), rdev, r.c)
 		})
 	}
 	return r.made(e, dir, a, st)
@@ -600,7 +604,7 @@ func mknod(r *request, e *encoder) uint32 {
 // mayRemove checks that the caller may remove name from dir (sticky
 // directories) and returns what name is.
 func (r *request) mayRemove(dir filesys.Attr, name string) (filesys.Attr, uint32) {
-	victim, err := r.s.fs.Lookup(r.ctx(), dir.Ino, name)
+	victim, err := r.fs.Lookup(r.ctx(), dir.Ino, name)
 	if err != nil {
 		return victim, r.status("lookup", err)
 	}
@@ -626,9 +630,9 @@ func removeName(r *request, e *encoder, isDir bool) uint32 {
 	if st == nfsOK {
 		var err error
 		if isDir {
-			err = r.s.fs.Rmdir(r.ctx(), dir.Ino, name)
+			err = r.fs.Rmdir(r.ctx(), dir.Ino, name)
 		} else {
-			err = r.s.fs.Unlink(r.ctx(), dir.Ino, name)
+			err = r.fs.Unlink(r.ctx(), dir.Ino, name)
 		}
 		if st = r.status("remove", err); st == nfsOK {
 			st = r.durable("remove")
@@ -665,12 +669,12 @@ func rename(r *request, e *encoder) uint32 {
 		st = r.status("access", r.c.CheckAccess(src, filesys.MayWrite))
 	}
 	if st == nfsOK {
-		if _, lerr := r.s.fs.Lookup(r.ctx(), to.Ino, tname); lerr == nil {
+		if _, lerr := r.fs.Lookup(r.ctx(), to.Ino, tname); lerr == nil {
 			_, st = r.mayRemove(to, tname)
 		}
 	}
 	if st == nfsOK {
-		if st = r.status("rename", r.s.fs.Rename(r.ctx(), from.Ino, fname, to.Ino, tname, 0)); st == nfsOK {
+		if st = r.status("rename", r.fs.Rename(r.ctx(), from.Ino, fname, to.Ino, tname, 0)); st == nfsOK {
 			st = r.durable("rename")
 		}
 	}
@@ -695,7 +699,7 @@ func link(r *request, e *encoder) uint32 {
 		st = nfsErrIsDir
 	}
 	if st == nfsOK {
-		_, err := r.s.fs.Link(r.ctx(), a.Ino, dir.Ino, name)
+		_, err := r.fs.Link(r.ctx(), a.Ino, dir.Ino, name)
 		if st = r.status("link", err); st == nfsOK {
 			st = r.durable("link")
 		}
@@ -715,7 +719,7 @@ func fsstat(r *request, e *encoder) uint32 {
 	var sf filesys.Statfs
 	if st == nfsOK {
 		var err error
-		sf, err = r.s.fs.Statfs(r.ctx())
+		sf, err = r.fs.Statfs(r.ctx())
 		st = r.status("fsstat", err)
 	}
 	e.u32(st)

@@ -581,3 +581,29 @@ func TestSymlinkLong(t *testing.T) {
 		t.Fatalf("readlink: %d bytes, want %d", len(got), len(target))
 	}
 }
+
+// TestSuspendResume: while the file system is remounted every call is
+// NFS3ERR_JUKEBOX, the verifier changes once, and handles work after.
+func TestSuspendResume(t *testing.T) {
+	fsys := testFS(t)
+	s, addr := serve(t, fsys, Options{NoRootSquash: true})
+	rc := dialRaw(t, addr)
+	root := rc.root("/fs")
+	_, fh := rc.create(root, "f", createGuarded, 0)
+	_, _, verf := rc.write(fh, 0, []byte("x"), unstable)
+	s.Suspend(errTest)
+	if st, _ := rc.getattr(fh); st != nfsErrJukebox {
+		t.Fatalf("getattr while suspended: %d, want NFS3ERR_JUKEBOX", st)
+	}
+	if st, _ := rc.commit(fh); st != nfsErrJukebox {
+		t.Fatalf("commit while suspended: %d", st)
+	}
+	if st, _ := rc.create(root, "g", createGuarded, 0); st != nfsErrJukebox {
+		t.Fatalf("create while suspended: %d", st)
+	}
+	s.Resume(fsys)
+	st, v2 := rc.commit(fh)
+	if st != nfsOK || v2 == verf || v2 != verf+1 {
+		t.Fatalf("commit after resume: %d, verifier %x (before %x: want one change)", st, v2, verf)
+	}
+}

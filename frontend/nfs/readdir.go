@@ -110,7 +110,7 @@ func (r *request) entries(dir filesys.Attr, cookie uint64, count uint32, plus bo
 		fallthrough
 	case cookieDot:
 		parent := dir.Ino
-		if p, err := r.s.fs.Parent(r.ctx(), dir.Ino); err == nil {
+		if p, err := r.fs.Parent(r.ctx(), dir.Ino); err == nil {
 			parent = p.Ino
 		}
 		if !add(filesys.DirEntry{Name: "..", Ino: parent, Cookie: cookieDotDot}) {
@@ -122,7 +122,7 @@ func (r *request) entries(dir filesys.Attr, cookie uint64, count uint32, plus bo
 	}
 	for {
 		max := min(room/(per+8)+1, 1024)
-		ents, done, err := r.s.fs.ReadDir(r.ctx(), dir.Ino, after, max)
+		ents, done, err := r.fs.ReadDir(r.ctx(), dir.Ino, after, max)
 		if err != nil {
 			return nil, false, r.status("readdir", err)
 		}
@@ -160,7 +160,7 @@ func (r *request) entryAttrs(ents []filesys.DirEntry) []entryAttr {
 	for range min(attrWorkers, len(ents)) {
 		wg.Go(func() {
 			for i := range next {
-				a, err := r.s.fs.Getattr(r.ctx(), ents[i].Ino)
+				a, err := r.fs.Getattr(r.ctx(), ents[i].Ino)
 				out[i] = entryAttr{a, err == nil}
 			}
 		})

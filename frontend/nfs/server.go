@@ -99,7 +99,7 @@ type Options struct {
 
 // Server serves one file system over NFSv3.
 type Server struct {
-	fs      FileSystem
+	fsys    atomic.Pointer[fsBox] // what calls go to now
 	opts    Options
 	h       *handles
 	export  uint64
@@ -138,9 +138,10 @@ func New(fsys FileSystem, uuid [16]byte, handleKey [32]byte, opts Options) (*Ser
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{fs: fsys, opts: opts, h: newHandles(uuid, handleKey), log: opts.Logger, conns: map[net.Conn]struct{}{}, drc: newDRC()}
+	s := &Server{opts: opts, h: newHandles(uuid, handleKey), log: opts.Logger, conns: map[net.Conn]struct{}{}, drc: newDRC()}
 	s.export = s.h.export
-	s.m = newMetrics(opts.Registerer, fsys)
+	s.m = newMetrics(opts.Registerer, s)
+	s.fsys.Store(s.box(fsys))
 	v := opts.Verifier
 	for v == 0 {
 		var b [8]byte
@@ -150,6 +151,41 @@ func New(fsys FileSystem, uuid [16]byte, handleKey [32]byte, opts Options) (*Ser
 	s.verf.Store(v)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
+}
+
+// fsBox holds the file system calls go to, and the counts the group
+// commit factor starts from on it.
+type fsBox struct {
+	fs                 FileSystem
+	logWrites0, waits0 uint64
+}
+
+// box is fsys with its counts now.
+func (s *Server) box(fsys FileSystem) *fsBox {
+	b := &fsBox{fs: fsys}
+	if ls, ok := fsys.(logStats); ok {
+		b.logWrites0 = ls.LogStats().Batches
+	}
+	if s.m != nil {
+		b.waits0 = s.m.syncN.Load()
+	}
+	return b
+}
+
+// Suspend answers every call NFS3ERR_JUKEBOX (the client retries it
+// later) until Resume: the file system stopped (a lost lease, a failed
+// write) and a new one is being mounted. Unstable writes acknowledged
+// so far may be lost: the verifier changes.
+func (s *Server) Suspend(why error) {
+	s.fsys.Store(s.box(unavailable{why}))
+	s.dataLost(why)
+}
+
+// Resume serves fsys, a file system with the same identity (handles
+// stay valid) mounted again after Suspend.
+func (s *Server) Resume(fsys FileSystem) {
+	s.fsys.Store(s.box(fsys))
+	s.log.Warn("nfs: serving again on a new mount of the file system")
 }
 
 // Verifier is the write verifier clients see now.
@@ -426,7 +462,7 @@ func (s *Server) dispatch(call *call, e *encoder, c *conn) {
 	}
 	start := time.Now()
 	replyHeader(e, call.xid, acceptSuccess)
-	r := &request{s: s, call: call, c: s.caller(call.cred), peer: c.peer}
+	r := &request{s: s, fs: s.fsys.Load().fs, call: call, c: s.caller(call.cred), peer: c.peer}
 	st := p.run(r, e)
 	if st == statusGarbage {
 		s.m.malformed.Inc()
@@ -474,6 +510,7 @@ const statusGarbage = 1 << 31
 // request is one call being served.
 type request struct {
 	s    *Server
+	fs   FileSystem // for the whole call, even if the server's is replaced meanwhile
 	call *call
 	c    filesys.Caller
 	peer netip.Addr

@@ -807,3 +807,59 @@ func TestNFSFailover(t *testing.T) {
 		t.Fatalf("gw2's verifier %x is gw1's: a client would not resend what gw1 lost", v2)
 	}
 }
+
+// TestNFSGatewayRemount: a gateway frozen past its lock lease (SIGSTOP)
+// finds its file system stopped when it wakes; it answers
+// NFS3ERR_JUKEBOX while it mounts the volume again as a new fs node,
+// then serves the same handles: FILE_SYNC'd data is there, new writes
+// work and a FUSE mount of another node sees them, and the verifier
+// changed (unstable data of the old node may be lost).
+func TestNFSGatewayRemount(t *testing.T) {
+	_, rng := seed(t)
+	c := startFSCluster(t, nil)
+	mnt := c.mountNode("n1")
+	gw := c.startGateway("gw", "fs", "--allow", "127.0.0.1/32", "--no-root-squash")
+	c.waitGateway(gw)
+	rc := dialRPC(t, gw.addr, 0, 0)
+	root, st := rc.mount("/fs")
+	if st != 0 {
+		t.Fatalf("MNT: %d", st)
+	}
+	fh, st := rc.create(root, "a.dat", 0o644)
+	if st != nfs3OK {
+		t.Fatalf("CREATE: %d", st)
+	}
+	a := randomBytes(rng, 200<<10)
+	w, st := rc.write(fh, 0, a, stableFileSync)
+	if st != nfs3OK {
+		t.Fatalf("WRITE: %d", st)
+	}
+	c.pause("gw")
+	time.Sleep(25 * time.Second) // past the 15 s lease
+	c.resume("gw")
+	var got []byte
+	c.waitFor(120*time.Second, "the gateway serves a.dat again", func() (bool, string) {
+		got, st = rc.read(fh, 0, uint32(len(a)))
+		return st == nfs3OK, fmt.Sprintf("READ status %d", st)
+	})
+	sameBytes(t, "a.dat after the remount", got, a)
+	if b, _ := os.ReadFile(gw.logPath); !bytes.Contains(b, []byte("mounts it again")) {
+		t.Fatalf("the gateway's log does not say it mounted the file system again")
+	}
+	bh, st := rc.create(root, "b.dat", 0o644)
+	if st != nfs3OK {
+		t.Fatalf("CREATE after the remount: %d", st)
+	}
+	b := randomBytes(rng, 100<<10)
+	if _, st := rc.write(bh, 0, b, stableUnstable); st != nfs3OK {
+		t.Fatalf("WRITE after the remount: %d", st)
+	}
+	v, st := rc.commit(bh)
+	if st != nfs3OK {
+		t.Fatalf("COMMIT after the remount: %d", st)
+	}
+	if v == w.verf {
+		t.Fatal("the verifier did not change across the remount")
+	}
+	sameBytes(t, "b.dat through FUSE", readWithin(t, filepath.Join(mnt, "b.dat"), 60*time.Second), b)
+}
