@@ -68,10 +68,10 @@ var statuses = []struct {
 	{context.Canceled, nfsErrJukebox}, // the gateway is stopping
 }
 
-// toStatus translates err from FileSystem. Errors that are no filesys
-// sentinel are logged and become NFS3ERR_SERVERFAULT... except failures
-// of the file system itself (lease lost, fenced, data lost), which are
-// filesys.ErrIO: the client sees NFS3ERR_IO.
+// toStatus translates err from FileSystem. Failures of the file system
+// itself (lease lost, fenced, data lost) are filesys.ErrIO: NFS3ERR_IO.
+// Errors that are no filesys sentinel are bugs: they are logged and
+// become NFS3ERR_SERVERFAULT.
 func toStatus(log *slog.Logger, op string, err error) uint32 {
 	if err == nil {
 		return nfsOK
