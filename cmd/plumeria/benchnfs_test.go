@@ -2,9 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -145,13 +149,18 @@ func TestRunClients(t *testing.T) {
 func TestBenchNFSFlags(t *testing.T) {
 	dir := t.TempDir()
 	for args, want := range map[string]string{
-		"":                                      "--gateway",
-		"--gateway 127.0.0.1":                   "--gateway",
-		"--gateway 127.0.0.1:1 --clients 0":     "--clients",
-		"--gateway 127.0.0.1:1 --files 0":       "--files",
-		"--gateway 127.0.0.1:1 --runs 0":        "--runs",
-		"--gateway 127.0.0.1:1 --export /":      "--export",
-		"--gateway 127.0.0.1:1 --clients 1,999": "--clients",
+		"":                                       "--gateway",
+		"--gateway 127.0.0.1":                    "--gateway",
+		"--gateway 127.0.0.1:1 --clients 0":      "--clients",
+		"--gateway 127.0.0.1:1 --files 0":        "--files",
+		"--gateway 127.0.0.1:1 --runs 0":         "--runs",
+		"--gateway 127.0.0.1:1 --export /":       "--export",
+		"--gateway 127.0.0.1:1 --clients 1,999":  "--clients",
+		"--gateway 127.0.0.1:1 --seq-size -1":    "--seq-size",
+		"--gateway 127.0.0.1:1 --seq-size 65GiB": "--seq-size",
+		"--gateway 127.0.0.1:1 --seq-size x":     "--seq-size",
+		"--gateway 127.0.0.1:1 --qd 0":           "--qd",
+		"--gateway 127.0.0.1:1 --qd 129":         "--qd",
 	} {
 		c := benchNFSCmd()
 		c.SetArgs(append(strings.Fields(args), dir))
@@ -163,9 +172,140 @@ func TestBenchNFSFlags(t *testing.T) {
 	}
 	c := benchNFSCmd()
 	for _, m := range []string{"nfs_create_cN", "_latency", "_latency_p99", "_batching", "fuse_create_fsync_cN", "_ratio",
-		metricDurableWaits, metricLogWrites, metricFuseOps} {
+		metricDurableWaits, metricLogWrites, metricFuseOps,
+		"nfs_seq_write", "nfs_seq_read", "fuse_seq_write_fsync", "fuse_seq_read", "nfs_seq_write_ratio", "nfs_seq_read_ratio"} {
 		if !strings.Contains(c.Long, m) {
 			t.Errorf("help does not name %s", m)
 		}
+	}
+}
+
+// TestFillPattern: the same seed and offset give the same bytes, a
+// shorter buffer their prefix; another offset or seed other bytes; and
+// checkPattern names the first wrong byte of the file.
+func TestFillPattern(t *testing.T) {
+	a, b := make([]byte, 1000), make([]byte, 1000)
+	fillPattern(a, 7, 3<<20)
+	fillPattern(b, 7, 3<<20)
+	if !bytes.Equal(a, b) {
+		t.Fatal("same seed and offset, other bytes")
+	}
+	short := make([]byte, 13)
+	fillPattern(short, 7, 3<<20)
+	if !bytes.Equal(short, a[:13]) {
+		t.Error("a shorter buffer is not the prefix")
+	}
+	for _, o := range []struct {
+		seed uint64
+		off  int64
+	}{{7, 4 << 20}, {8, 3 << 20}} {
+		fillPattern(b, o.seed, o.off)
+		if bytes.Equal(a, b) {
+			t.Errorf("seed %d offset %d: the bytes of seed 7 offset 3 MiB", o.seed, o.off)
+		}
+	}
+	scratch := make([]byte, len(a))
+	if err := checkPattern(a, scratch, 7, 3<<20); err != nil {
+		t.Errorf("the pattern itself: %v", err)
+	}
+	a[517] ^= 1
+	if err := checkPattern(a, scratch, 7, 3<<20); err == nil || !strings.Contains(err.Error(), "byte 3146245 ") {
+		t.Errorf("a flipped byte 517: %v", err)
+	}
+}
+
+// TestCheckVerifiers: one WRITE with another verifier than the COMMIT's
+// is an error naming its offset.
+func TestCheckVerifiers(t *testing.T) {
+	if err := checkVerifiers([]uint64{5, 5, 5}, 5); err != nil {
+		t.Error(err)
+	}
+	if err := checkVerifiers(nil, 5); err != nil {
+		t.Error(err)
+	}
+	if err := checkVerifiers([]uint64{5, 5, 6}, 5); err == nil || !strings.Contains(err.Error(), "WRITE at 2097152 ") {
+		t.Errorf("a changed verifier: %v", err)
+	}
+}
+
+// TestRunPipelined: every chunk once, the last one short; qd calls under
+// way at once and never more; an error stops the calls; a cancelled ctx
+// makes none.
+func TestRunPipelined(t *testing.T) {
+	const qd = 3
+	size := int64(7*benchNFSChunkBytes + 5)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	inFlight, most := 0, 0
+	full := make(chan struct{})
+	err := runPipelined(context.Background(), size, qd, func(w int, off int64, n int) error {
+		mu.Lock()
+		inFlight++
+		if inFlight > most {
+			most = inFlight
+			if most == qd {
+				close(full)
+			}
+		}
+		mu.Unlock()
+		select { // the first calls wait until qd are under way
+		case <-full:
+		case <-time.After(5 * time.Second):
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		inFlight--
+		seen[off] = n
+		if w < 0 || w >= qd {
+			return fmt.Errorf("worker %d", w)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 8 || seen[7*benchNFSChunkBytes] != 5 || seen[0] != benchNFSChunkBytes || seen[6*benchNFSChunkBytes] != benchNFSChunkBytes {
+		t.Errorf("calls %v", seen)
+	}
+	if most != qd {
+		t.Errorf("at most %d calls under way at once, want %d", most, qd)
+	}
+
+	boom := errors.New("boom")
+	var calls atomic.Int32
+	err = runPipelined(context.Background(), 100*benchNFSChunkBytes, 2, func(w int, off int64, n int) error {
+		calls.Add(1)
+		if off == 3*benchNFSChunkBytes {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) || calls.Load() > 6 {
+		t.Errorf("error %v after %d calls", err, calls.Load())
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	calls.Store(0)
+	err = runPipelined(ctx, 10*benchNFSChunkBytes, 2, func(int, int64, int) error { calls.Add(1); return nil })
+	if !errors.Is(err, context.Canceled) || calls.Load() != 0 {
+		t.Errorf("cancelled: %v after %d calls", err, calls.Load())
+	}
+}
+
+// TestPrintBenchNFSSeq: each side's MiB/s, then NFS's over DIR's, of the
+// medians of the runs.
+func TestPrintBenchNFSSeq(t *testing.T) {
+	runs := []seqRun{
+		{nfsWrite: 300, nfsRead: 90, fuseWrite: 100, fuseRead: 400},
+		{nfsWrite: 100, nfsRead: 100, fuseWrite: 200, fuseRead: 200},
+		{nfsWrite: 200, nfsRead: 500, fuseWrite: 300, fuseRead: 300},
+	}
+	var b bytes.Buffer
+	printBenchNFSSeq(&b, medianSeq(runs))
+	want := "nfs_seq_write 200.0 MiB/s\nnfs_seq_read 100.0 MiB/s\nfuse_seq_write_fsync 200.0 MiB/s\nfuse_seq_read 300.0 MiB/s\n" +
+		"nfs_seq_write_ratio 1.000 ratio(higher=better)\nnfs_seq_read_ratio 0.333 ratio(higher=better)\n"
+	if b.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
