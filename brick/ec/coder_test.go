@@ -1,0 +1,460 @@
+package ec
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// seed returns PLUMERIA_SEED if set, else a fresh seed; it is logged so a
+// failure can be replayed.
+func seed(t *testing.T) uint64 {
+	n, err := strconv.ParseUint(os.Getenv("PLUMERIA_SEED"), 10, 64)
+	if err != nil {
+		n = uint64(time.Now().UnixNano())
+	}
+	t.Logf("PLUMERIA_SEED=%d", n)
+	return n
+}
+
+const testChunkBytes = 1 << 20
+
+var testProfiles = []Profile{{1, 2}, {2, 1}, {4, 2}, {8, 3}, {3, 1}, {4, 0}, {1, 0}}
+
+func newTestCoder(t testing.TB, p Profile) *Coder {
+	t.Helper()
+	c, err := NewCoder(p, testChunkBytes)
+	if err != nil {
+		t.Fatalf("NewCoder(%v): %v", p, err)
+	}
+	return c
+}
+
+// randomChunk returns live bytes of a random length, edge lengths often.
+func randomChunk(rng *rand.Rand) []byte {
+	lengths := []int{0, 1, BlockBytes - 1, BlockBytes, BlockBytes + 1, 64 * BlockBytes, 65*BlockBytes - 7, testChunkBytes}
+	n := rng.IntN(testChunkBytes + 1)
+	if rng.IntN(2) == 0 {
+		n = lengths[rng.IntN(len(lengths))]
+	}
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// encode encodes chunk and checks the layout: K+M shards of ShardLen(n)
+// blocks, data shard j the chunk's bytes from j·U zero-padded, mirror
+// copies equal, parity consistent.
+func encode(t *testing.T, c *Coder, chunk []byte) [][]byte {
+	t.Helper()
+	shards, err := c.Encode(chunk)
+	if err != nil {
+		t.Fatalf("%v: Encode(%d bytes): %v", c.Profile(), len(chunk), err)
+	}
+	n := (len(chunk) + BlockBytes - 1) / BlockBytes
+	size := c.ShardLen(n) * BlockBytes
+	if len(shards) != c.Profile().Shards() {
+		t.Fatalf("%v: %d shards", c.Profile(), len(shards))
+	}
+	padded := make([]byte, c.Profile().K*c.ShardBytes())
+	copy(padded, chunk)
+	for i, s := range shards {
+		if len(s) != size {
+			t.Fatalf("%v, %d bytes: shard %d of %d bytes, want %d", c.Profile(), len(chunk), i, len(s), size)
+		}
+		j := i
+		if c.Profile().Mirror() {
+			j = 0
+		}
+		if j < c.Profile().K && !bytes.Equal(s, padded[j*c.ShardBytes():][:size]) {
+			t.Fatalf("%v, %d bytes: data shard %d is not the chunk's bytes", c.Profile(), len(chunk), i)
+		}
+	}
+	if size > 0 {
+		if ok, err := c.Verify(shards); !ok || err != nil {
+			t.Fatalf("%v, %d bytes: Verify after Encode = %v, %v", c.Profile(), len(chunk), ok, err)
+		}
+	}
+	return shards
+}
+
+// erase returns a copy of the shard set (slices shared) with the given
+// positions missing.
+func erase(shards [][]byte, lost []int) [][]byte {
+	out := append([][]byte(nil), shards...)
+	for _, i := range lost {
+		out[i] = nil
+	}
+	return out
+}
+
+// randomLoss returns up to max distinct positions of n, at least min.
+func randomLoss(rng *rand.Rand, n, minLost, maxLost int) []int {
+	return rng.Perm(n)[:minLost+rng.IntN(maxLost-minLost+1)]
+}
+
+func checkReconstruct(t *testing.T, c *Coder, want [][]byte, lost []int) {
+	t.Helper()
+	k := c.Profile().K
+	got := erase(want, lost)
+	if err := c.ReconstructData(got); err != nil {
+		t.Fatalf("%v: ReconstructData with %v lost: %v", c.Profile(), lost, err)
+	}
+	for i := range want {
+		if i < k && !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%v: data shard %d differs after ReconstructData with %v lost", c.Profile(), i, lost)
+		}
+		if i >= k && len(got[i]) != 0 && !slicesOf(lost, i) && !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%v: parity shard %d changed", c.Profile(), i)
+		}
+	}
+	got = erase(want, lost)
+	all := make([]bool, len(want))
+	for i := range all {
+		all[i] = true
+	}
+	if err := c.ReconstructSome(got, all); err != nil {
+		t.Fatalf("%v: ReconstructSome(all) with %v lost: %v", c.Profile(), lost, err)
+	}
+	for i := range want {
+		if !bytes.Equal(got[i], want[i]) {
+			t.Fatalf("%v: shard %d differs after ReconstructSome with %v lost", c.Profile(), i, lost)
+		}
+	}
+}
+
+func slicesOf(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// subsets calls fn with every subset of [0, n) of at most max elements.
+func subsets(n, maxLen int, fn func([]int)) {
+	var rec func(start int, cur []int)
+	rec = func(start int, cur []int) {
+		fn(cur)
+		if len(cur) == maxLen {
+			return
+		}
+		for i := start; i < n; i++ {
+			rec(i+1, append(cur, i))
+		}
+	}
+	rec(0, nil)
+}
+
+// TestReconstructEveryErasure erases every subset of at most M whole shards
+// of a full chunk and reconstructs byte-exact.
+func TestReconstructEveryErasure(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 1))
+	for _, p := range testProfiles {
+		c := newTestCoder(t, p)
+		chunk := make([]byte, testChunkBytes)
+		for i := range chunk {
+			chunk[i] = byte(rng.Uint32())
+		}
+		shards := encode(t, c, chunk)
+		subsets(p.Shards(), p.M, func(lost []int) { checkReconstruct(t, c, shards, lost) })
+	}
+}
+
+// TestReconstructRandomChunks codes chunks of random live lengths, erases
+// up to M shards at random and reconstructs byte-exact.
+func TestReconstructRandomChunks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 2))
+	for _, p := range testProfiles {
+		c := newTestCoder(t, p)
+		for range 20 {
+			chunk := randomChunk(rng)
+			shards := encode(t, c, chunk)
+			if len(shards[0]) == 0 {
+				continue
+			}
+			checkReconstruct(t, c, shards, randomLoss(rng, p.Shards(), 0, p.M))
+		}
+	}
+}
+
+// TestDegradedBlockRead reconstructs single 4 KiB blocks: at each offset o
+// below len, a different random subset of at most M of the K+M blocks at
+// o is lost, and the K data blocks come back equal to the chunk's blocks
+// placed by the geometry (zero past the live end).
+func TestDegradedBlockRead(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 3))
+	for _, p := range testProfiles {
+		c := newTestCoder(t, p)
+		for range 5 {
+			chunk := randomChunk(rng)
+			shards := encode(t, c, chunk)
+			for o := range len(shards[0]) / BlockBytes {
+				blocks := make([][]byte, p.Shards())
+				for i, s := range shards {
+					blocks[i] = bytes.Clone(s[o*BlockBytes : (o+1)*BlockBytes])
+				}
+				lost := randomLoss(rng, p.Shards(), 0, p.M)
+				for _, i := range lost {
+					blocks[i] = nil
+				}
+				if err := c.ReconstructData(blocks); err != nil {
+					t.Fatalf("%v offset %d, %v lost: %v", p, o, lost, err)
+				}
+				for j := range p.K {
+					if !bytes.Equal(blocks[j], chunkBlock(c, chunk, j, o)) {
+						t.Fatalf("%v, %d bytes: block at shard %d offset %d differs, %v lost", p, len(chunk), j, o, lost)
+					}
+				}
+			}
+		}
+	}
+}
+
+// chunkBlock returns what data shard j holds at offset o: the chunk's
+// block there, zero-padded, or zeros.
+func chunkBlock(c *Coder, chunk []byte, j, o int) []byte {
+	blk := make([]byte, BlockBytes)
+	if b, ok := c.BlockAt(j, o); ok && b*BlockBytes < len(chunk) {
+		copy(blk, chunk[b*BlockBytes:])
+	}
+	return blk
+}
+
+// TestTooFewShards loses M+1 shards (whole or one block) and expects
+// ErrTooFewShards naming the count.
+func TestTooFewShards(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 4))
+	for _, p := range testProfiles {
+		c := newTestCoder(t, p)
+		shards := encode(t, c, make([]byte, testChunkBytes))
+		for _, set := range [][][]byte{shards, blocksAt(shards, 7)} {
+			lost := randomLoss(rng, p.Shards(), p.M+1, p.M+1)
+			got := erase(set, lost)
+			err := c.ReconstructData(got)
+			want := fmt.Sprintf("%d of %d shards missing", p.M+1, p.Shards())
+			if !errors.Is(err, ErrTooFewShards) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%v, %v lost: ReconstructData = %v; want ErrTooFewShards and %q", p, lost, err, want)
+			}
+			wantSome := make([]bool, p.Shards())
+			wantSome[lost[0]] = true
+			if err := c.ReconstructSome(got, wantSome); !errors.Is(err, ErrTooFewShards) {
+				t.Errorf("%v, %v lost: ReconstructSome = %v, want ErrTooFewShards", p, lost, err)
+			}
+			// Asking only for present shards is no error.
+			if err := c.ReconstructSome(got, make([]bool, p.Shards())); err != nil {
+				t.Errorf("%v: ReconstructSome of nothing = %v", p, err)
+			}
+		}
+		if err := c.ReconstructData(make([][]byte, p.Shards())); !errors.Is(err, ErrTooFewShards) {
+			t.Errorf("%v: ReconstructData of nothing = %v, want ErrTooFewShards", p, err)
+		}
+	}
+}
+
+func blocksAt(shards [][]byte, o int) [][]byte {
+	out := make([][]byte, len(shards))
+	for i, s := range shards {
+		out[i] = s[o*BlockBytes : (o+1)*BlockBytes]
+	}
+	return out
+}
+
+// TestMirror: K=1 stores M+1 copies, rebuilds from any one.
+func TestMirror(t *testing.T) {
+	p, err := ParseProfile("copies=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTestCoder(t, p)
+	chunk := []byte(strings.Repeat("plumeria", 1000)) // 8000 bytes: 2 blocks
+	shards := encode(t, c, chunk)
+	if len(shards) != 3 || len(shards[0]) != 2*BlockBytes {
+		t.Fatalf("copies=3 of 8000 bytes: %d shards of %d bytes", len(shards), len(shards[0]))
+	}
+	for keep := range 3 {
+		got := make([][]byte, 3)
+		got[keep] = shards[keep]
+		if err := c.ReconstructSome(got, []bool{true, true, true}); err != nil {
+			t.Fatalf("from copy %d: %v", keep, err)
+		}
+		for i := range got {
+			if !bytes.Equal(got[i][:len(chunk)], chunk) {
+				t.Fatalf("from copy %d: copy %d differs", keep, i)
+			}
+		}
+		got[(keep+1)%3][5] ^= 1
+		if ok, err := c.Verify(got); ok || err != nil {
+			t.Fatalf("Verify of unequal copies = %v, %v", ok, err)
+		}
+	}
+}
+
+// TestVerifyCatchesCorruption: one flipped bit anywhere in a full stripe
+// makes Verify fail. Reconstruction does not notice a corrupt survivor: it
+// returns wrong data, which is why shard blocks carry the store's crc32c.
+func TestVerifyCatchesCorruption(t *testing.T) {
+	rng := rand.New(rand.NewPCG(seed(t), 5))
+	for _, p := range []Profile{{1, 2}, {2, 1}, {4, 2}, {8, 3}} {
+		c := newTestCoder(t, p)
+		chunk := randomChunk(rng)
+		chunk = append(chunk, 1) // at least one block
+		shards := encode(t, c, chunk)
+		for range 10 {
+			i, at := rng.IntN(p.Shards()), rng.IntN(len(shards[0]))
+			bit := byte(1) << rng.IntN(8)
+			shards[i][at] ^= bit
+			if ok, err := c.Verify(shards); ok || err != nil {
+				t.Fatalf("%v: Verify with shard %d corrupt at %d = %v, %v", p, i, at, ok, err)
+			}
+			if ok, err := c.Verify(blocksAt(shards, at/BlockBytes)); ok || err != nil {
+				t.Fatalf("%v: Verify of the corrupt block's offset = %v, %v", p, ok, err)
+			}
+			shards[i][at] ^= bit
+		}
+		if ok, err := c.Verify(erase(shards, []int{0})); ok || !errors.Is(err, ErrTooFewShards) {
+			t.Fatalf("%v: Verify with a shard missing = %v, %v; want ErrTooFewShards", p, ok, err)
+		}
+		// A corrupt survivor goes unnoticed by reconstruction.
+		got := erase(shards, []int{0})
+		got[1] = bytes.Clone(got[1])
+		got[1][0] ^= 1
+		if err := c.ReconstructData(got); err != nil {
+			t.Fatalf("%v: %v", p, err)
+		}
+		if bytes.Equal(got[0], shards[0]) {
+			t.Fatalf("%v: reconstruction from a corrupt survivor gave the right data", p)
+		}
+	}
+}
+
+func TestEmptyChunk(t *testing.T) {
+	c := newTestCoder(t, Profile{4, 2})
+	shards, err := c.Encode(nil)
+	if err != nil || len(shards) != 6 {
+		t.Fatalf("Encode(nil) = %d shards, %v", len(shards), err)
+	}
+	for i, s := range shards {
+		if s == nil || len(s) != 0 {
+			t.Fatalf("shard %d: %v", i, s)
+		}
+	}
+}
+
+func TestShardSetErrors(t *testing.T) {
+	c := newTestCoder(t, Profile{4, 2})
+	shards := encode(t, c, make([]byte, 3*BlockBytes))
+	uneven := erase(shards, nil)
+	uneven[2] = uneven[2][:BlockBytes]
+	partial := blocksAt(shards, 0)
+	for i := range partial {
+		partial[i] = partial[i][:100]
+	}
+	for name, set := range map[string][][]byte{
+		"too few":        shards[:5],
+		"too many":       append(erase(shards, nil), shards[0]),
+		"unequal":        uneven,
+		"partial blocks": partial,
+	} {
+		if err := c.ReconstructData(set); !errors.Is(err, ErrShardSize) {
+			t.Errorf("%s: ReconstructData = %v, want ErrShardSize", name, err)
+		}
+		if _, err := c.Verify(set); !errors.Is(err, ErrShardSize) {
+			t.Errorf("%s: Verify = %v, want ErrShardSize", name, err)
+		}
+	}
+	if err := c.ReconstructSome(shards, make([]bool, 4)); !errors.Is(err, ErrShardSize) {
+		t.Errorf("ReconstructSome with 4 wants = %v, want ErrShardSize", err)
+	}
+	if _, err := c.Encode(make([]byte, testChunkBytes+1)); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Encode of more than a chunk = %v, want ErrInvalid", err)
+	}
+}
+
+// TestReconstructReusesCapacity: a missing shard passed as buf[:0] is
+// rebuilt in buf.
+func TestReconstructReusesCapacity(t *testing.T) {
+	c := newTestCoder(t, Profile{4, 2})
+	shards := encode(t, c, bytes.Repeat([]byte{7}, 2*testChunkBytes/3))
+	buf := make([]byte, len(shards[1]))
+	got := erase(shards, nil)
+	got[1] = buf[:0]
+	if err := c.ReconstructData(got); err != nil {
+		t.Fatal(err)
+	}
+	if &got[1][0] != &buf[0] || !bytes.Equal(buf, shards[1]) {
+		t.Fatal("shard 1 not rebuilt in the buffer given")
+	}
+}
+
+// TestConcurrentUse shares one coder between goroutines (run with -race).
+func TestConcurrentUse(t *testing.T) {
+	c := newTestCoder(t, Profile{4, 2})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 6))
+			for range 10 {
+				chunk := randomChunk(rng)
+				shards, err := c.Encode(chunk)
+				if err != nil || len(shards[0]) == 0 {
+					continue
+				}
+				got := erase(shards, randomLoss(rng, 6, 1, 2))
+				if err := c.ReconstructData(got); err != nil {
+					t.Error(err)
+					return
+				}
+				for j := range 4 {
+					if !bytes.Equal(got[j], shards[j]) {
+						t.Errorf("worker %d: shard %d differs", w, j)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func BenchmarkEncode4p2(b *testing.B) {
+	c := newTestCoder(b, Profile{4, 2})
+	chunk := make([]byte, testChunkBytes)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	b.SetBytes(testChunkBytes)
+	for b.Loop() {
+		if _, err := c.Encode(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDegradedBlock4p2: one 4 KiB block rebuilt from 4 survivors.
+func BenchmarkDegradedBlock4p2(b *testing.B) {
+	c := newTestCoder(b, Profile{4, 2})
+	shards, err := c.Encode(make([]byte, testChunkBytes))
+	if err != nil {
+		b.Fatal(err)
+	}
+	blocks := blocksAt(shards, 0)
+	lost := make([]byte, 0, BlockBytes)
+	b.SetBytes(BlockBytes)
+	for b.Loop() {
+		set := [][]byte{lost, blocks[1], blocks[2], blocks[3], blocks[4], nil}
+		if err := c.ReconstructData(set); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
