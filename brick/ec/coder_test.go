@@ -308,7 +308,9 @@ func TestVerifyCatchesCorruption(t *testing.T) {
 	for _, p := range []Profile{{1, 2}, {2, 1}, {4, 2}, {8, 3}} {
 		c := newTestCoder(t, p)
 		chunk := randomChunk(rng)
-		chunk = append(chunk, 1) // at least one block
+		if len(chunk) == 0 {
+			chunk = []byte{1} // at least one block (a full chunk takes no more)
+		}
 		shards := encode(t, c, chunk)
 		for range 10 {
 			i, at := rng.IntN(p.Shards()), rng.IntN(len(shards[0]))
