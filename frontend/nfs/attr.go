@@ -76,7 +76,7 @@ func (r *request) fattr(e *encoder, a filesys.Attr) {
 	e.u64(a.Blocks * 512)
 	e.u32(unix.Major(uint64(a.Rdev)))
 	e.u32(unix.Minor(uint64(a.Rdev)))
-	e.u64(r.s.export)
+	e.u64(r.s.h.export) // fsid
 	e.u64(a.Ino)
 	e.time(a.Atime)
 	e.time(a.Mtime)

@@ -3,10 +3,13 @@ package nfs
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys"
 )
 
 // sinkConn is a connection whose replies are checked and dropped.
@@ -36,7 +39,11 @@ func FuzzServe(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	root := s.h.make(1, mustAttr(f, s).Gen)
+	rootAttr, err := fsys.Getattr(context.Background(), filesys.RootIno)
+	if err != nil {
+		f.Fatal(err)
+	}
+	root := s.h.make(rootAttr.Ino, rootAttr.Gen)
 	rc := &rawClient{t: f}
 	strip := func(rec []byte) []byte { return rec[4:] }
 	f.Add(strip(rc.callBytes(progMount, 1, func(e *encoder) { e.str("/fs") })))
@@ -60,15 +67,6 @@ func FuzzServe(f *testing.F) {
 			t.Fatalf("%d replies to one call", sc.replies)
 		}
 	})
-}
-
-func mustAttr(t testing.TB, s *Server) (a struct{ Gen uint64 }) {
-	at, err := s.fsys.Load().fs.Getattr(s.ctx, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.Gen = at.Gen
-	return a
 }
 
 // FuzzRecord checks record marking: any byte stream gives records no

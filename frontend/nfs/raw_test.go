@@ -3,7 +3,6 @@ package nfs
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"net"
 	"net/netip"
 	"sync"
@@ -521,7 +520,6 @@ func TestReaddirCookies(t *testing.T) {
 	if st := d.u32(); st != nfsErrTooSmall {
 		t.Fatalf("tiny readdir: %d", st)
 	}
-	_ = binary.BigEndian
 }
 
 // TestDuplicateRequest resends a REMOVE with the same xid on a new

@@ -102,7 +102,6 @@ type Server struct {
 	fsys    atomic.Pointer[fsBox] // what calls go to now
 	opts    Options
 	h       *handles
-	export  uint64
 	log     *slog.Logger
 	m       *metrics
 	verf    atomic.Uint64
@@ -139,7 +138,6 @@ func New(fsys FileSystem, uuid [16]byte, handleKey [32]byte, opts Options) (*Ser
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, h: newHandles(uuid, handleKey), log: opts.Logger, conns: map[net.Conn]struct{}{}, drc: newDRC()}
-	s.export = s.h.export
 	s.m = newMetrics(opts.Registerer, s)
 	s.fsys.Store(s.box(fsys))
 	v := opts.Verifier
