@@ -26,6 +26,7 @@ import (
 	"github.com/willscott/go-nfs-client/nfs/xdr"
 
 	"github.com/plumeria-fs/plumeria/bench/fsbench"
+	"github.com/plumeria-fs/plumeria/frontend/nfs"
 )
 
 // Bounds of `bench nfs`'s flags.
@@ -641,12 +642,12 @@ func nfsSeq(ctx context.Context, cfg benchNFSConfig, top string, seed uint64) (w
 	if err != nil {
 		return 0, 0, fmt.Errorf("nfs mkdir /%s/%s: %w (a squashed root may not write there: run the gateway with --no-root-squash)", cfg.export, top, err)
 	}
-	c, err := dialRPC(cfg.gateway, 0, 0, benchNFSCallTimeout)
+	c, err := nfs.Dial(cfg.gateway, 0, 0, benchNFSCallTimeout)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer c.close()
-	fh, err := c.nfsCreateGuarded(dir, benchSeqFileName)
+	defer c.Close()
+	fh, err := c.CreateGuarded(dir, benchSeqFileName)
 	if err != nil {
 		return 0, 0, fmt.Errorf("nfs %s/%s: %w", top, benchSeqFileName, err)
 	}
@@ -659,13 +660,13 @@ func nfsSeq(ctx context.Context, cfg benchNFSConfig, top string, seed uint64) (w
 	err = runPipelined(ctx, cfg.seqBytes, cfg.qd, func(w int, off int64, n int) error {
 		p := bufs[w][:n]
 		fillPattern(p, seed, off)
-		v, err := c.nfsWriteUnstable(fh, uint64(off), p)
+		v, err := c.WriteUnstable(fh, uint64(off), p)
 		verfs[off/benchNFSChunkBytes] = v
 		return err
 	})
 	if err == nil {
 		var commit uint64
-		if commit, err = c.nfsCommit(fh); err == nil {
+		if commit, err = c.Commit(fh); err == nil {
 			err = checkVerifiers(verfs, commit)
 		}
 	}
@@ -675,7 +676,7 @@ func nfsSeq(ctx context.Context, cfg benchNFSConfig, top string, seed uint64) (w
 	write = mibPerSec(cfg.seqBytes, time.Since(start))
 	start = time.Now()
 	err = runPipelined(ctx, cfg.seqBytes, cfg.qd, func(w int, off int64, n int) error {
-		got, err := c.nfsRead(fh, uint64(off), n)
+		got, err := c.Read(fh, uint64(off), n)
 		if err != nil {
 			return err
 		}

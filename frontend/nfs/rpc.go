@@ -195,6 +195,10 @@ func rejectReply(e *encoder, xid uint32, r *rejection) {
 
 // finishRecord fills in the record mark of a reply built by replyHeader.
 func finishRecord(e *encoder) []byte {
-	binary.BigEndian.PutUint32(e.b, lastFragment|uint32(len(e.b)-4))
+	putMark(e.b, len(e.b)-4)
 	return e.b
 }
+
+// putMark writes at b's head the mark of a record of n bytes in one
+// fragment.
+func putMark(b []byte, n int) { binary.BigEndian.PutUint32(b, lastFragment|uint32(n)) }
