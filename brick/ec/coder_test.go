@@ -5,24 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
-)
 
-// seed returns PLUMERIA_SEED if set, else a fresh seed; it is logged so a
-// failure can be replayed.
-func seed(t *testing.T) uint64 {
-	n, err := strconv.ParseUint(os.Getenv("PLUMERIA_SEED"), 10, 64)
-	if err != nil {
-		n = uint64(time.Now().UnixNano())
-	}
-	t.Logf("PLUMERIA_SEED=%d", n)
-	return n
-}
+	"github.com/plumeria-fs/plumeria/internal/testseed"
+)
 
 const testChunkBytes = 1 << 20
 
@@ -159,7 +147,7 @@ func subsets(n, maxLen int, fn func([]int)) {
 // TestReconstructEveryErasure erases every subset of at most M whole shards
 // of a full chunk and reconstructs byte-exact.
 func TestReconstructEveryErasure(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 	for _, p := range testProfiles {
 		c := newTestCoder(t, p)
 		chunk := make([]byte, testChunkBytes)
@@ -174,7 +162,7 @@ func TestReconstructEveryErasure(t *testing.T) {
 // TestReconstructRandomChunks codes chunks of random live lengths, erases
 // up to M shards at random and reconstructs byte-exact.
 func TestReconstructRandomChunks(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 2))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 2))
 	for _, p := range testProfiles {
 		c := newTestCoder(t, p)
 		for range 20 {
@@ -193,7 +181,7 @@ func TestReconstructRandomChunks(t *testing.T) {
 // o is lost, and the K data blocks come back equal to the chunk's blocks
 // placed by the geometry (zero past the live end).
 func TestDegradedBlockRead(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 3))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 3))
 	for _, p := range testProfiles {
 		c := newTestCoder(t, p)
 		for range 5 {
@@ -234,7 +222,7 @@ func chunkBlock(c *Coder, chunk []byte, j, o int) []byte {
 // TestTooFewShards loses M+1 shards (whole or one block) and expects
 // ErrTooFewShards naming the count.
 func TestTooFewShards(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 4))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 4))
 	for _, p := range testProfiles {
 		c := newTestCoder(t, p)
 		shards := encode(t, c, make([]byte, testChunkBytes))
@@ -304,7 +292,7 @@ func TestMirror(t *testing.T) {
 // makes Verify fail. Reconstruction does not notice a corrupt survivor: it
 // returns wrong data, which is why shard blocks carry the store's crc32c.
 func TestVerifyCatchesCorruption(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 5))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 5))
 	for _, p := range []Profile{{1, 2}, {2, 1}, {4, 2}, {8, 3}} {
 		c := newTestCoder(t, p)
 		chunk := randomChunk(rng)

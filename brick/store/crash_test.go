@@ -11,18 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-)
 
-// seed returns PLUMERIA_SEED if set, else a fresh seed; it is logged so a
-// failure can be replayed.
-func seed(t *testing.T) uint64 {
-	n, err := strconv.ParseUint(os.Getenv("PLUMERIA_SEED"), 10, 64)
-	if err != nil {
-		n = uint64(time.Now().UnixNano())
-	}
-	t.Logf("PLUMERIA_SEED=%d", n)
-	return n
-}
+	"github.com/plumeria-fs/plumeria/internal/testseed"
+)
 
 // crashBatch is batch id of a crash workload: three puts and a tombstone,
 // each on a key of its own, so a batch's visibility can be judged alone.
@@ -75,7 +66,7 @@ func crashDir(t *testing.T, index, src string) string {
 // index checkpoint: every batch that ended before the cut must be there,
 // every other batch wholly absent.
 func TestCrashTornTail(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 	dir := t.TempDir()
 	opts := Options{SegmentBytes: 128 << 10}
 	s := openT(t, dir, opts)

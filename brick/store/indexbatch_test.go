@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/plumeria-fs/plumeria/internal/testseed"
 )
 
 // TestIndexModel applies random batches (puts, tombstones and removes of
@@ -18,7 +20,7 @@ import (
 // changes over one lookup of the DB per run (indexBatch): a change it did
 // not see, or saw twice, shows up as a wrong entry or count.
 func TestIndexModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(seed(t), 1))
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 1))
 	dir := t.TempDir()
 	opts := Options{SegmentBytes: SegmentBytesMin}
 	// The empty index, to replay every segment over at the end.
