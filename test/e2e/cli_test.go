@@ -23,7 +23,7 @@ func TestBadInput(t *testing.T) {
 	c.createVolume("vol", 3)
 	co := c.coordArg()
 	missing := filepath.Join(t.TempDir(), "no-such-file")
-	deadCoord := "--coord=" + freeAddr(t) // nothing listens there
+	deadCoord := "--coord=" + deadAddr(t) // nothing answers there
 
 	cases := []struct {
 		name    string

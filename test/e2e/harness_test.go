@@ -34,6 +34,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -136,6 +138,28 @@ func freeAddr(t *testing.T) string {
 	}
 	t.Fatalf("no unused loopback port after 100 tries")
 	return ""
+}
+
+// deadAddr is a loopback address where nothing answers for the rest of
+// the test: a socket bound there and never listening refuses every
+// connection, and holds the port, so that no other process's listener
+// on an ephemeral port takes it meanwhile (a port freeAddr closed may be
+// reused by any process on the machine).
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatalf("socket: %v", err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatalf("bind a loopback port: %v", err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatalf("getsockname: %v", err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*unix.SockaddrInet4).Port)
 }
 
 // proc is one `plumeria server` process. It keeps its name, address, data
