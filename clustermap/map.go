@@ -48,6 +48,24 @@ type Brick struct {
 	State         BrickState        `json:"state"`
 	Draining      bool              `json:"draining,omitempty"`
 	CapacityBytes int64             `json:"capacity_bytes,omitempty"`
+	// Class is the brick's storage class (GFS's subpools: "ssd", "hdd",
+	// ...); "" is ClassDefault. A volume with a class is placed on bricks
+	// of that class only (placement.go).
+	Class string `json:"class,omitempty"`
+	// Full is set by MarkFull when the brick's store is nearly full: it
+	// takes no new PG members, and rebalancing moves members off it.
+	Full bool `json:"full,omitempty"`
+}
+
+// ClassDefault is the class of a brick started without one.
+const ClassDefault = "default"
+
+// ClassName returns b's class, ClassDefault when it has none.
+func (b *Brick) ClassName() string {
+	if b.Class == "" {
+		return ClassDefault
+	}
+	return b.Class
 }
 
 // Coordinator is one member of the Raft group. Its Addr serves both gRPC and Raft.
@@ -117,7 +135,13 @@ type Volume struct {
 	// a gen that encodes it with Gen (fileversions.go). Gen then stays at
 	// most FileVersionGenMax.
 	FileVersions bool `json:"file_versions,omitempty"`
-	PGs          []PG `json:"pgs"`
+	// Class, if set, keeps the volume's PGs on bricks of that class only.
+	Class string `json:"class,omitempty"`
+	// Domain is the failure-domain level at which the replicas of a PG
+	// must be distinct (a hard rule): host ("" means host), rack or site.
+	// Levels above it are only spread over as a preference.
+	Domain string `json:"domain,omitempty"`
+	PGs    []PG   `json:"pgs"`
 }
 
 // PGOf returns the placement group of the chunk that holds byte offset off.
@@ -273,6 +297,11 @@ func (m *Map) Validate() error {
 		if b.State != BrickUp && b.State != BrickDown {
 			return fmt.Errorf("clustermap: brick %s: unknown state %q", b.Name, b.State)
 		}
+		if b.Class != "" {
+			if err := ValidClass(b.Class); err != nil {
+				return fmt.Errorf("clustermap: brick %s: %w", b.Name, err)
+			}
+		}
 	}
 	if err := m.validateLocks(); err != nil {
 		return err
@@ -304,6 +333,17 @@ func (m *Map) validateVolume(v *Volume) error {
 	}
 	if v.Replicas < 1 || v.Replicas > limits.ReplicasMax || len(v.PGs) < 1 || len(v.PGs) > limits.PGsPerVolumeMax {
 		return fmt.Errorf("clustermap: volume %s: %d replicas, %d placement groups", v.Name, v.Replicas, len(v.PGs))
+	}
+	if v.Class != "" {
+		if err := ValidClass(v.Class); err != nil {
+			return fmt.Errorf("clustermap: volume %s: %w", v.Name, err)
+		}
+	}
+	if err := ValidDomainLevel(v.Domain); err != nil {
+		return fmt.Errorf("clustermap: volume %s: %w", v.Name, err)
+	}
+	if v.AllowSameDomain && v.Domain != "" && v.Domain != LevelHost {
+		return fmt.Errorf("clustermap: volume %s: allow_same_domain with domain %s", v.Name, v.Domain)
 	}
 	if v.FileVersions && v.Gen > FileVersionGenMax {
 		return fmt.Errorf("clustermap: volume %s: gen %d exceeds %d, the most a volume with file versions can have", v.Name, v.Gen, FileVersionGenMax)

@@ -31,3 +31,25 @@ func ValidChunkBytes(n uint32) error {
 	}
 	return nil
 }
+
+// ValidClass checks a storage class name: a name (ValidName) of at most
+// limits.ClassBytesMax bytes.
+func ValidClass(s string) error {
+	if len(s) > limits.ClassBytesMax {
+		return fmt.Errorf("storage class %q: longer than %d bytes", s, limits.ClassBytesMax)
+	}
+	if err := ValidName(s); err != nil {
+		return fmt.Errorf("storage class: %w", err)
+	}
+	return nil
+}
+
+// ValidDomainLevel checks a volume's hard failure-domain level: "" (host),
+// host, rack or site.
+func ValidDomainLevel(s string) error {
+	switch s {
+	case "", LevelHost, LevelRack, LevelSite:
+		return nil
+	}
+	return fmt.Errorf("failure-domain level %q: use host, rack or site", s)
+}

@@ -44,7 +44,8 @@ func TestPropertyRandomOps(t *testing.T) {
 			return
 		}
 		for _, e := range []string{"all in-sync down", "draining brick left", "primary moved",
-			"degraded", "AddVolume refused", "same-domain volume", "brick returned to pg"} {
+			"degraded", "AddVolume refused", "same-domain volume", "brick returned to pg",
+			"volume with class or domain", "fullness changed", "class changed"} {
 			if total[e] == 0 {
 				t.Errorf("no run reached %q", e)
 			}
@@ -135,9 +136,16 @@ func (w *world) addBrick() {
 	name := fmt.Sprintf("b%02d", w.nextB)
 	w.nextB++
 	n := w.m.Clone()
-	n.PutBrick(brick(name, host, rack, site))
+	b := brick(name, host, rack, site)
+	if w.rng.IntN(4) == 0 {
+		b.Domain[clustermap.LevelRack] = "" // some bricks have no rack
+		delete(b.Domain, clustermap.LevelRack)
+	}
+	b.Class = []string{"", "", "ssd"}[w.rng.IntN(3)]
+	b.CapacityBytes = []int64{0, 1 << 40, 2 << 40, 4 << 40}[w.rng.IntN(4)]
+	n.PutBrick(b)
 	n.Epoch++
-	w.logf("add brick %s host=%s rack=%s site=%s", name, host, rack, site)
+	w.logf("add brick %s host=%s rack=%s site=%s class=%s capacity=%d", name, host, b.Domain[clustermap.LevelRack], site, b.Class, b.CapacityBytes)
 	w.live[name] = true
 	w.install(n)
 }
@@ -207,12 +215,13 @@ func (w *world) check(prev, next *clustermap.Map) {
 		for i, p := range v.PGs {
 			w.count(next, &v, pv, i, p)
 			w.checkFull(next, &v, i, p)
+			w.checkNewMembers(next, &v, pv, i, p)
 			if pv != nil {
 				w.checkDrainLeave(next, &v, i, pv.PGs[i], p)
 				// The primary changes only when the old one leaves the PG,
 				// drains, or is moved off by rebalancing (Leaving).
 				if old := pv.PGs[i].Primary(); slices.Contains(p.Bricks, old) && p.Primary() != old && !next.Brick(old).Draining &&
-					!slices.Contains(pv.PGs[i].Leaving, old) {
+					!slices.Contains(pv.PGs[i].Leaving, old) && !misplaced(next, &v, pv.PGs[i], old) {
 					w.fatalf("volume %s pg %d: primary %s still a member but replaced: %+v → %+v",
 						v.Name, i, old, pv.PGs[i], p)
 				}
@@ -252,17 +261,15 @@ func (w *world) count(m *clustermap.Map, v *clustermap.Volume, pv *clustermap.Vo
 	}
 }
 
-// checkFull: a PG short of non-draining members has no eligible brick
+// checkFull: a PG short of non-draining, well-placed members has no brick
 // left that could join it (Rule 4 is complete).
 func (w *world) checkFull(m *clustermap.Map, v *clustermap.Volume, i int, p clustermap.PG) {
 	w.t.Helper()
 	count := 0
-	used := map[string]bool{}
 	for _, b := range p.Bricks {
-		if !m.Brick(b).Draining {
+		if !m.Brick(b).Draining && !misplaced(m, v, p, b) {
 			count++
 		}
-		used[hostOf(m.Brick(b))] = true
 	}
 	if count >= v.Replicas {
 		return
@@ -271,10 +278,72 @@ func (w *world) checkFull(m *clustermap.Map, v *clustermap.Volume, i int, p clus
 		if b.State != clustermap.BrickUp || b.Draining || slices.Contains(p.Bricks, b.Name) {
 			continue
 		}
-		if v.AllowSameDomain || !used[hostOf(&b)] {
+		if takesNew(m, v, p.Bricks, &b) {
 			w.fatalf("volume %s pg %d: %d of %d replicas, yet %s could join: %+v", v.Name, i, count, v.Replicas, b.Name, p)
 		}
 	}
+}
+
+// checkNewMembers: a brick that joins a PG keeps the volume's rules: its
+// class, not full, distinct domains up to the volume's level.
+func (w *world) checkNewMembers(m *clustermap.Map, v *clustermap.Volume, pv *clustermap.Volume, i int, p clustermap.PG) {
+	w.t.Helper()
+	if v.Class != "" || v.Domain != "" {
+		w.events["volume with class or domain"]++
+	}
+	for _, b := range p.Bricks {
+		if pv != nil && slices.Contains(pv.PGs[i].Bricks, b) {
+			continue
+		}
+		others := slices.DeleteFunc(slices.Clone(p.Bricks), func(s string) bool { return s == b })
+		if !takesNew(m, v, others, m.Brick(b)) {
+			w.fatalf("volume %s (class %q, domain %q) pg %d: new member %s (class %q, full %v, domain %v) breaks its rules: %+v",
+				v.Name, v.Class, v.Domain, i, b, m.Brick(b).Class, m.Brick(b).Full, m.Brick(b).Domain, p)
+		}
+	}
+}
+
+// The test's own statement of the placement rules (placement.go).
+func admits(v *clustermap.Volume, b *clustermap.Brick) bool {
+	if v.Class != "" && b.ClassName() != v.Class {
+		return false
+	}
+	return v.Domain != clustermap.LevelRack || b.Domain[clustermap.LevelRack] != ""
+}
+
+func conflicts(v *clustermap.Volume, a, b *clustermap.Brick) bool {
+	if v.AllowSameDomain {
+		return false
+	}
+	return hostOf(a) == hostOf(b) || v.Domain == clustermap.LevelRack && a.Domain[clustermap.LevelRack] == b.Domain[clustermap.LevelRack]
+}
+
+func takesNew(m *clustermap.Map, v *clustermap.Volume, members []string, b *clustermap.Brick) bool {
+	if b.State != clustermap.BrickUp || b.Draining || b.Full || !admits(v, b) {
+		return false
+	}
+	for _, o := range members {
+		if conflicts(v, m.Brick(o), b) {
+			return false
+		}
+	}
+	return true
+}
+
+func misplaced(m *clustermap.Map, v *clustermap.Volume, p clustermap.PG, name string) bool {
+	i := slices.Index(p.Bricks, name)
+	if i < 0 {
+		return false
+	}
+	if !admits(v, m.Brick(name)) {
+		return true
+	}
+	for _, e := range p.Bricks[:i] {
+		if conflicts(v, m.Brick(e), m.Brick(name)) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkDrainLeave: a brick that is up leaves a PG only if it drains and the
@@ -285,7 +354,7 @@ func (w *world) checkDrainLeave(m *clustermap.Map, v *clustermap.Volume, i int, 
 		if slices.Contains(after.Bricks, b) || m.Brick(b).State != clustermap.BrickUp {
 			continue
 		}
-		leaving := m.Brick(b).Draining || slices.Contains(before.Leaving, b)
+		leaving := m.Brick(b).Draining || slices.Contains(before.Leaving, b) || misplaced(m, v, before, b)
 		if !leaving {
 			w.fatalf("volume %s pg %d: up, non-draining, non-leaving %s dropped: %+v → %+v", v.Name, i, b, before, after)
 		}
@@ -294,7 +363,7 @@ func (w *world) checkDrainLeave(m *clustermap.Map, v *clustermap.Volume, i int, 
 		}
 		good := 0
 		for _, s := range after.InSync() {
-			if sb := m.Brick(s); sb.State == clustermap.BrickUp && !sb.Draining && !slices.Contains(after.Leaving, s) {
+			if sb := m.Brick(s); sb.State == clustermap.BrickUp && !sb.Draining && !slices.Contains(after.Leaving, s) && !misplaced(m, v, after, s) {
 				good++
 			}
 		}
@@ -345,8 +414,28 @@ func (w *world) step(step int) {
 			n.Epoch++
 			w.install(n)
 		}
-	case r < 88:
+	case r < 82:
 		w.markSynced(step)
+	case r < 85:
+		if up := w.names(func(b clustermap.Brick) bool { return true }); len(up) > 0 {
+			b := w.pick(up)
+			used := []int64{50, 88, 95}[w.rng.IntN(3)]
+			w.logf("%d: %s reports %d%% used", step, b, used)
+			if n := clustermap.MarkFull(w.m, map[string]clustermap.Usage{b: {Used: used, Capacity: 100}}); n != nil {
+				w.events["fullness changed"]++
+				w.install(n)
+			}
+		}
+	case r < 88:
+		if all := w.names(func(b clustermap.Brick) bool { return true }); len(all) > 0 {
+			b := w.pick(all)
+			n := w.m.Clone()
+			n.Brick(b).Class = []string{"", "ssd", "hdd"}[w.rng.IntN(3)]
+			n.Epoch++
+			w.logf("%d: %s restarts with class %q", step, b, n.Brick(b).Class)
+			w.events["class changed"]++
+			w.install(n)
+		}
 	default:
 		w.addVolume(step)
 	}
@@ -400,21 +489,32 @@ func (w *world) addVolume(step int) {
 		return
 	}
 	replicas, pgs, same := 1+w.rng.IntN(3), 1+w.rng.IntN(16), w.rng.IntN(4) == 0
-	name := fmt.Sprintf("vol%d", w.m.NextVolumeID)
-	// Model: how many eligible bricks and distinct hosts are there?
-	hosts, eligible := map[string]bool{}, 0
+	spec := clustermap.VolumeSpec{Name: fmt.Sprintf("vol%d", w.m.NextVolumeID), Replicas: replicas, ChunkBytes: chunk, PGs: pgs, AllowSameDomain: same}
+	spec.Class = []string{"", "", clustermap.ClassDefault, "ssd"}[w.rng.IntN(4)]
+	if !same && w.rng.IntN(4) == 0 {
+		spec.Domain = clustermap.LevelRack
+	}
+	v := &clustermap.Volume{Class: spec.Class, Domain: spec.Domain, AllowSameDomain: same}
+	// Model: how many usable bricks and distinct domains at the hard level?
+	domains, usable := map[string]bool{}, 0
 	for _, b := range w.m.Bricks {
-		if b.State == clustermap.BrickUp && !b.Draining {
-			eligible++
-			hosts[hostOf(&b)] = true
+		if b.State == clustermap.BrickUp && !b.Draining && !b.Full && admits(v, &b) {
+			usable++
+			if spec.Domain == clustermap.LevelRack {
+				domains[b.Domain[clustermap.LevelRack]] = true
+			} else {
+				domains[hostOf(&b)] = true
+			}
 		}
 	}
-	possible := eligible >= replicas && (same || len(hosts) >= replicas)
-	n, err := clustermap.AddVolume(w.m, name, replicas, chunk, pgs, same)
-	w.logf("%d: add volume %s replicas=%d pgs=%d same=%v: err=%v", step, name, replicas, pgs, same, err)
-	if possible != (err == nil) {
-		w.fatalf("AddVolume(replicas=%d, same=%v) with %d eligible bricks on %d hosts: err=%v",
-			replicas, same, eligible, len(hosts), err)
+	possible := usable >= replicas && (same || len(domains) >= replicas)
+	n, err := clustermap.PlaceVolume(w.m, spec)
+	w.logf("%d: add volume %+v: err=%v", step, spec, err)
+	// Racks and hosts are not nested in this world, so a greedy pick may
+	// miss a rack-level placement that exists: only "impossible ⇒ refused"
+	// holds there; at host level placement succeeds exactly when possible.
+	if possible != (err == nil) && (spec.Domain != clustermap.LevelRack || err == nil) {
+		w.fatalf("PlaceVolume(%+v) with %d usable bricks in %d domains: err=%v", spec, usable, len(domains), err)
 	}
 	if err != nil {
 		w.events["AddVolume refused"]++
@@ -426,7 +526,7 @@ func (w *world) addVolume(step int) {
 	if n.Epoch != w.m.Epoch+1 {
 		w.fatalf("AddVolume: epoch %d → %d", w.m.Epoch, n.Epoch)
 	}
-	for i, p := range n.Volume(name).PGs {
+	for i, p := range n.Volume(spec.Name).PGs {
 		if len(p.Bricks) != replicas || len(p.Syncing) != 0 {
 			w.fatalf("new pg %d: %+v", i, p)
 		}

@@ -1,6 +1,10 @@
 package clustermap
 
-import "slices"
+import (
+	"maps"
+	"slices"
+	"sort"
+)
 
 // Reconcile is the coordinator's failure and membership handling as a pure
 // function. Given the current map and the set of bricks heard from recently,
@@ -16,11 +20,17 @@ import "slices"
 //     them and reports back (MarkSynced).
 //  5. A draining brick gets replaced the same way; it leaves a PG once the
 //     PG has its full count of in-sync members without it. A primary that
-//     leaves first hands the lead to the next in-sync member.
-//  6. Growth: while no more than RebalanceMovesMax PGs are syncing, a PG
-//     replica moves from the most loaded brick to the least loaded one when
-//     they differ by two or more: the new brick joins as syncing and the
-//     old one is marked leaving (it then leaves by rule 5).
+//     leaves first hands the lead to the next in-sync member. A misplaced
+//     member (of another class than its volume's, without a label its
+//     volume's domain level needs, or sharing a domain with an earlier
+//     member: a brick restarted with another --class or --domain) is
+//     replaced the same way.
+//  6. Balance: while no more than RebalanceMovesMax PGs are syncing, a PG
+//     replica moves off a full brick, or from the brick furthest above its
+//     target (Balance: its class's replicas shared in proportion to
+//     capacity) to one of its class furthest below it when they are two or
+//     more replicas apart: the new brick joins as syncing and the old one
+//     is marked leaving (it then leaves by rule 5).
 //
 // Reconcile never appoints a new primary by itself: the caller must only
 // declare a brick dead after its primary lease has run out.
@@ -61,9 +71,16 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 	p := &v.PGs[pi]
 	before := PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Leaving: slices.Clone(p.Leaving)}
 	up := func(name string) bool { b := m.Brick(name); return b != nil && b.State == BrickUp }
+	r := rulesOf(v)
+	misplaced := map[string]bool{}
+	for i, b := range p.Bricks {
+		if r.misplaced(m, p, i) {
+			misplaced[b] = true
+		}
+	}
 	draining := func(name string) bool {
 		b := m.Brick(name)
-		return b != nil && b.Draining || slices.Contains(p.Leaving, name)
+		return b != nil && b.Draining || slices.Contains(p.Leaving, name) || misplaced[name]
 	}
 
 	// Rule 2: drop down members, keeping at least one in-sync member.
@@ -128,7 +145,7 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 		if count >= v.Replicas {
 			break
 		}
-		b := pickReplica(m, l, v.ID, pi, p.Bricks, v.AllowSameDomain)
+		b := pickReplica(m, l, r, pi, p.Bricks)
 		if b == "" {
 			break
 		}
@@ -214,6 +231,10 @@ const RebalanceMovesMax = 8
 
 // rebalance is rule 6. It changes n in place and reports whether it did.
 // PGs touched by rules 1-5 in this round are left alone until the next.
+//
+// It ends: a move off a full brick never lands on a full one, and every
+// other move lowers the sum of squared deviations from the targets by at
+// least two (deviations d_hi ≥ d_lo + 2 become d_hi-1 and d_lo+1).
 func rebalance(n *Map, l load, touched map[[2]int]bool) bool {
 	syncing := 0
 	for _, v := range n.Volumes {
@@ -224,27 +245,83 @@ func rebalance(n *Map, l load, touched map[[2]int]bool) bool {
 		}
 	}
 	moved := false
-	for syncing < RebalanceMovesMax {
-		lo, hi := "", ""
-		for i := range n.Bricks {
-			b := &n.Bricks[i]
-			if !eligible(b) {
-				continue
-			}
-			if lo == "" || l.replicas[b.Name] < l.replicas[lo] {
-				lo = b.Name
-			}
-			if hi == "" || l.replicas[b.Name] > l.replicas[hi] {
-				hi = b.Name
-			}
-		}
-		if lo == "" || l.replicas[hi]-l.replicas[lo] < 2 || !moveOne(n, l, hi, lo, touched) {
-			return moved
-		}
+	for syncing < RebalanceMovesMax && moveOnce(n, l, touched) {
 		syncing++
 		moved = true
 	}
 	return moved
+}
+
+// moveOnce starts one move of rule 6, class by class, and reports whether
+// it found one.
+func moveOnce(n *Map, l load, touched map[[2]int]bool) bool {
+	for _, pool := range pools(n, l) {
+		his := slices.Clone(pool)
+		sort.SliceStable(his, func(i, j int) bool {
+			a, b := his[i], his[j]
+			if a.full != b.full {
+				return a.full
+			}
+			return a.dev > b.dev
+		})
+		los := slices.DeleteFunc(slices.Clone(pool), func(b brickLoad) bool { return b.full })
+		sort.SliceStable(los, func(i, j int) bool { return los[i].dev < los[j].dev })
+		for _, hi := range his {
+			if l.replicas[hi.name] == 0 {
+				continue
+			}
+			for _, lo := range los {
+				if lo.name == hi.name {
+					continue
+				}
+				if !hi.full && hi.dev-lo.dev < 2 {
+					break
+				}
+				if moveOne(n, l, hi.name, lo.name, touched) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// brickLoad is one brick's place in its class's balance.
+type brickLoad struct {
+	name        string
+	class       string
+	units       int     // PG replicas it holds (leaving ones counted where they go)
+	target, dev float64 // its share of its class's replicas by capacity, and units - target
+	full        bool
+}
+
+// pools groups the bricks that are up and not draining by class, each with
+// its target: the class's replicas times its capacity over the class's.
+func pools(n *Map, l load) [][]brickLoad {
+	byClass := map[string][]brickLoad{}
+	for i := range n.Bricks {
+		b := &n.Bricks[i]
+		if !eligible(b) {
+			continue
+		}
+		c := b.ClassName()
+		byClass[c] = append(byClass[c], brickLoad{name: b.Name, class: c, units: l.replicas[b.Name], full: b.Full})
+	}
+	var out [][]brickLoad
+	for _, c := range slices.Sorted(maps.Keys(byClass)) {
+		pool := byClass[c]
+		var units, weight float64
+		for _, b := range pool {
+			units += float64(b.units)
+			weight += l.weight[b.name]
+		}
+		for i := range pool {
+			pool[i].target = units * l.weight[pool[i].name] / weight
+			pool[i].dev = float64(pool[i].units) - pool[i].target
+		}
+		out = append(out, pool)
+	}
+	return out
 }
 
 // moveOne starts moving one calm PG replica from hi to lo.
@@ -252,6 +329,10 @@ func moveOne(n *Map, l load, hi, lo string, touched map[[2]int]bool) bool {
 	lb := n.Brick(lo)
 	for vi := range n.Volumes {
 		v := &n.Volumes[vi]
+		r := rulesOf(v)
+		if !r.takesNew(lb) {
+			continue
+		}
 		for pi := range v.PGs {
 			p := &v.PGs[pi]
 			if touched[[2]int{vi, pi}] || len(p.Syncing) > 0 || len(p.Leaving) > 0 || len(p.Bricks) != v.Replicas ||
@@ -260,7 +341,7 @@ func moveOne(n *Map, l load, hi, lo string, touched map[[2]int]bool) bool {
 			}
 			fits := true
 			for _, mem := range p.Bricks {
-				if mb := n.Brick(mem); mb == nil || mb.State != BrickUp || !v.AllowSameDomain && hostOf(mb) == hostOf(lb) {
+				if mb := n.Brick(mem); mb == nil || mb.State != BrickUp || r.conflicts(mb, lb) {
 					fits = false
 				}
 			}

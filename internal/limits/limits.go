@@ -49,6 +49,8 @@ const (
 
 	// VolumeNameBytesMax bounds volume, snapshot, brick and member names.
 	NameBytesMax = 128
+	// ClassBytesMax bounds a storage class name (brick --class).
+	ClassBytesMax = 32
 
 	// SegmentBytesMax is the size at which a brick rolls to a new segment.
 	SegmentBytesMax = 64 << 20
