@@ -134,7 +134,9 @@ func TestPlaceVolumeSkipsFull(t *testing.T) {
 
 func TestMarkFullHysteresis(t *testing.T) {
 	m := newMap(t, classed(0, 2, 1, "", 0)...)
-	u := func(used int64) map[string]clustermap.Usage { return map[string]clustermap.Usage{"b0": {Used: used, Capacity: 100}} }
+	u := func(used int64) map[string]clustermap.Usage {
+		return map[string]clustermap.Usage{"b0": {Used: used, Capacity: 100}}
+	}
 	if n := clustermap.MarkFull(m, u(89)); n != nil {
 		t.Fatal("89% marked full")
 	}
