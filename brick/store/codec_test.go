@@ -13,7 +13,10 @@ func seedRecords() [][]byte {
 	k := Key{Vol: 3, Block: 1 << 40, Gen: 7}
 	put := appendRecord(nil, header{kind: kindPut, vol: k.Vol, block: k.Block, gen: k.Gen, seq: 9}, blockData(k, 9))
 	tomb := appendRecord(nil, header{kind: kindTombstone, vol: 1, block: 2, gen: 3, seq: 4}, nil)
+	ref := appendRecord(nil, header{kind: kindRef, vol: k.Vol, block: k.Block, gen: k.Gen + 1, seq: 10}, refPayload(k, 10))
 	return [][]byte{
+		ref,
+		appendRecord(nil, header{kind: kindMove, vol: 12, block: 8192}, ref),
 		put,
 		tomb,
 		appendRecord(nil, header{kind: kindRemove, vol: 1, block: 2, gen: 3, seq: 5}, nil),
@@ -109,6 +112,7 @@ func FuzzScanSegment(f *testing.F) {
 func FuzzIndexValue(f *testing.F) {
 	f.Add(appendEntry(nil, entry{seg: 3, off: 99, len: putRecordBytes, seq: 1 << 60}))
 	f.Add(appendEntry(nil, entry{seg: 1, off: 0, len: headerBytes, seq: 2, tomb: true}))
+	f.Add(appendEntry(nil, entry{seg: 4, off: 52, len: refRecordBytes, seq: 5, ref: true}))
 	f.Add(appendWatermark(nil, watermark{seg: 7, off: limits.SegmentBytesMax}))
 	f.Add(entryKey(Key{Vol: 1, Block: 2, Gen: 3}))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
@@ -17,6 +18,7 @@ type request struct {
 	recs     []scanned  // the records in buf; off is relative to buf
 	internal bool       // a cleaner batch: may use the reserve; not counted in Stats.Batches
 	reserved bool       // ApplyReserved: may use the metadata reserve
+	refs     bool       // holds a ref record: the store must be at format version 2 first
 	done     chan error // buffered; the committer sends exactly once
 }
 
@@ -41,6 +43,9 @@ func (bb batchBuilder) add(h header, data []byte) batchBuilder {
 		panic(fmt.Sprintf("store: record does not decode as encoded: %v", err))
 	}
 	bb.r.recs = append(bb.r.recs, scanned{h: dh, off: int64(off)})
+	if hasRef(dh, bb.r.buf[off:]) {
+		bb.r.refs = true
+	}
 	return bb
 }
 
@@ -92,22 +97,27 @@ func encodeBatch(ops []Op) (*request, error) {
 	}
 	bb := newBatchBuilder(len(ops), len(ops)*putRecordBytes)
 	for i, op := range ops {
-		h, err := opHeader(op)
+		h, data, err := opHeader(op)
 		if err != nil {
 			return nil, fmt.Errorf("op %d: %w", i, err)
 		}
-		bb = bb.add(h, op.Data)
+		bb = bb.add(h, data)
 	}
 	return bb.finish(), nil
 }
 
-func opHeader(op Op) (header, error) {
+// opHeader checks op and returns its record's header and data.
+func opHeader(op Op) (header, []byte, error) {
 	h := header{vol: op.Key.Vol, block: op.Key.Block, gen: op.Key.Gen, seq: op.Seq}
+	data := op.Data
+	if op.Kind != OpRef && len(op.Ref) != 0 {
+		return h, nil, fmt.Errorf("kind %d with a ref of %d bytes: %w", op.Kind, len(op.Ref), ErrInvalid)
+	}
 	switch op.Kind {
 	case OpPut:
 		h.kind = kindPut
 		if len(op.Data) != limits.BlockBytes {
-			return h, fmt.Errorf("put of %d bytes, want %d: %w", len(op.Data), limits.BlockBytes, ErrInvalid)
+			return h, nil, fmt.Errorf("put of %d bytes, want %d: %w", len(op.Data), limits.BlockBytes, ErrInvalid)
 		}
 	case OpTombstone, OpRemove:
 		h.kind = kindTombstone
@@ -115,13 +125,18 @@ func opHeader(op Op) (header, error) {
 			h.kind = kindRemove
 		}
 		if len(op.Data) != 0 {
-			return h, fmt.Errorf("kind %d with %d data bytes: %w", op.Kind, len(op.Data), ErrInvalid)
+			return h, nil, fmt.Errorf("kind %d with %d data bytes: %w", op.Kind, len(op.Data), ErrInvalid)
+		}
+	case OpRef:
+		h.kind, data = kindRef, op.Ref
+		if len(op.Ref) != RefBytes || len(op.Data) != 0 {
+			return h, nil, fmt.Errorf("ref of %d bytes with %d data bytes, want %d and 0: %w", len(op.Ref), len(op.Data), RefBytes, ErrInvalid)
 		}
 	default:
-		return h, fmt.Errorf("kind %d: %w", op.Kind, ErrInvalid)
+		return h, nil, fmt.Errorf("kind %d: %w", op.Kind, ErrInvalid)
 	}
-	h.dlen = uint32(len(op.Data))
-	return h, nil
+	h.dlen = uint32(len(data))
+	return h, data, nil
 }
 
 // Apply makes ops durable (fsync'd) before it returns, atomically as a
@@ -257,6 +272,15 @@ func (s *Store) flushRun(run []*request, n int64) {
 	if len(run) == 0 {
 		return
 	}
+	if err := s.upgradeFor(run); err != nil {
+		for _, r := range run {
+			buf := r.buf
+			r.buf, r.recs = nil, nil
+			r.done <- err
+			putBatchBuf(buf)
+		}
+		return
+	}
 	head, base := s.head, s.head.size.Load()
 	buf := s.groupBuf[:0]
 	for _, r := range run {
@@ -377,6 +401,34 @@ func (s *Store) indexRun(seg uint64, base int64, run []*request) error {
 		return fmt.Errorf("index segment %d: %w", seg, err)
 	}
 	s.addDelta(d)
+	return nil
+}
+
+// upgradeFor moves the store to format version 2 (record.go) if a batch
+// of run holds a ref and the store is still at version 1: the index says
+// version 2, durably, before the first ref record reaches a segment, so a
+// build of version 1 refuses the store instead of misreading it.
+func (s *Store) upgradeFor(run []*request) error {
+	if s.version.Load() >= formatVersionRef {
+		return nil
+	}
+	for _, r := range run {
+		if r.refs {
+			return s.upgradeFormat()
+		}
+	}
+	return nil
+}
+
+// upgradeFormat sets the index's format version to formatVersionRef and
+// syncs it. Called by the committer, or by Open before it starts.
+func (s *Store) upgradeFormat() error {
+	if err := s.db.Set(versionKey, []byte{formatVersionRef}, pebble.Sync); err != nil {
+		return fmt.Errorf("upgrade store to format version %d: %w", formatVersionRef, err)
+	}
+	s.log.Info("store upgraded to format version 2 (its first ref record): builds before format 2 no longer open it",
+		"from", s.version.Load(), "to", formatVersionRef)
+	s.version.Store(formatVersionRef)
 	return nil
 }
 

@@ -15,13 +15,15 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/testseed"
 )
 
-// crashBatch is batch id of a crash workload: three puts and a tombstone,
-// each on a key of its own, so a batch's visibility can be judged alone.
+// crashBatch is batch id of a crash workload: three puts, a tombstone
+// and a ref, each on a key of its own, so a batch's visibility can be
+// judged alone.
 func crashBatch(id uint64) []Op {
 	return []Op{
 		putOp(Key{Vol: 1, Block: 3 * id}, id),
 		putOp(Key{Vol: 1, Block: 3*id + 1, Gen: 4}, id),
 		{Kind: OpTombstone, Key: Key{Vol: 2, Block: id}, Seq: id},
+		refOp(Key{Vol: 3, Block: id, Gen: 1}, id),
 		putOp(Key{Vol: 1, Block: 3*id + 2}, id),
 	}
 }
@@ -39,7 +41,8 @@ func batchVisible(t *testing.T, s *Store, id uint64) bool {
 			continue
 		case err != nil:
 			t.Fatalf("batch %d: Get %v: %v", id, op.Key, err)
-		case e.Seq != op.Seq || e.Tombstone != (op.Kind == OpTombstone) || string(data) != string(op.Data):
+		case e.Seq != op.Seq || e.Tombstone != (op.Kind == OpTombstone) || e.Ref != (op.Kind == OpRef) ||
+			string(data) != string(op.Data)+string(op.Ref):
 			t.Fatalf("batch %d: Get %v = %+v, wrong contents", id, op.Key, e)
 		}
 		seen++

@@ -5,12 +5,15 @@
 //
 // It owns the brick's data directory and nothing else: it does not replicate,
 // repair, or interpret sequence numbers; it records the Seq the caller gives.
+// Nor does it interpret refs: a block version may be, instead of data, a
+// small payload saying where the data is (an erasure-coded stripe, OpRef),
+// which it keeps, checks and returns as it does data.
 //
 // Guarantees:
 //   - Apply returns nil only once the whole batch is fsync'd. After a crash a
 //     batch is either wholly visible or not at all, and every acknowledged
 //     batch is visible.
-//   - Every data read is checked against its crc32c; bad bytes are never
+//   - Every data (or ref) read is checked against its crc32c; bad bytes are never
 //     returned (ErrCorrupt instead), and the cleaner never launders them:
 //     it moves a corrupt record verbatim, so it keeps reading as corrupt.
 //   - A full disk fails the batch with ErrNoSpace and loses nothing that was

@@ -13,14 +13,17 @@ import (
 
 // VolumeBytes is what one volume's index entries hold in this store: the
 // bytes of their records, headers included, as Stats.LiveBytes counts
-// them. Tombstones count in neither.
+// them. Tombstones count in neither. A ref counts as a put does, with the
+// bytes of its record here (headerBytes+RefBytes, 65), not of a block:
+// the block's data lies in a stripe's shards, counted where they are
+// stored.
 type VolumeBytes struct {
-	// LiveBytes: puts the live reader reads (per block the entry with the
+	// LiveBytes: puts (and refs) the live reader reads (per block the entry with the
 	// greatest gen <= the live reader gen, if a put), and puts above the
 	// live reader gen (written under a newer map than the caller's: the
 	// live reader reads them once that map is served).
 	LiveBytes int64
-	// HistoryBytes: every other put, kept for a snapshot's reader or a
+	// HistoryBytes: every other put or ref, kept for a snapshot's reader or a
 	// file version's (or garbage a prune has yet to remove).
 	HistoryBytes int64
 	// Entries counts the index entries visited, tombstones included.

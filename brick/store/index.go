@@ -12,12 +12,15 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Index format, version 1, in pebble under dir/index.
+// Index format, version 2, in pebble under dir/index.
 //
 //	key                                    value
 //	'e' | vol 8 | block 8 | gen 8 (BE)     entry value, below
-//	'm' | "version"                        formatVersion, 1 byte
+//	'm' | "version"                        the store's format version, 1 byte
 //	'm' | "watermark"                      | ver 1 | seg 8 | off 8 |  (LE)
+//
+// The version is 1 or 2 (record.go says when a store moves from 1 to 2);
+// a store is created at version 1.
 //
 // Entry keys are big-endian so pebble's order is (vol, block, gen), the
 // order Scan promises. Entry value, little-endian:
@@ -27,8 +30,9 @@ import (
 //	|  1  |   1   |  8  |  8  |  4  |  8  |
 //	+-----+-------+-----+-----+-----+-----+
 //
-//	flags  bit 0: tombstone; other bits 0
-//	seg, off, len  where the put or tombstone record lies (header included)
+//	ver    valueVersion (1: the layout is version 1's in both formats)
+//	flags  bit 0: tombstone; bit 1: ref (version 2; never both); other bits 0
+//	seg, off, len  where the put, tombstone or ref record lies (header included)
 //
 // The watermark says the index reflects every record of the segments before
 // (seg, off). Index batches are committed without fsync, always together
@@ -43,6 +47,9 @@ const (
 	entryValueBytes = 1 + 1 + 8 + 8 + 4 + 8
 	watermarkBytes  = 1 + 8 + 8
 	flagTombstone   = 1
+	flagRef         = 2 // format version 2
+	// valueVersion is the ver byte of entry and watermark values.
+	valueVersion = 1
 )
 
 var (
@@ -57,6 +64,18 @@ type entry struct {
 	len      uint32
 	seq      uint64
 	tomb     bool
+	ref      bool // a ref record (format version 2); never with tomb
+}
+
+// recordBytes is the length an entry's record has, by its kind.
+func (e entry) recordBytes() uint32 {
+	switch {
+	case e.tomb:
+		return headerBytes
+	case e.ref:
+		return refRecordBytes
+	}
+	return putRecordBytes
 }
 
 // watermark is a position in the log: segment id and byte offset.
@@ -86,9 +105,12 @@ func decodeEntryKey(b []byte) (Key, error) {
 
 func appendEntry(dst []byte, e entry) []byte {
 	var b [entryValueBytes]byte
-	b[0] = formatVersion
+	b[0] = valueVersion
 	if e.tomb {
-		b[1] = flagTombstone
+		b[1] |= flagTombstone
+	}
+	if e.ref {
+		b[1] |= flagRef
 	}
 	binary.LittleEndian.PutUint64(b[2:], e.seg)
 	binary.LittleEndian.PutUint64(b[10:], e.off)
@@ -98,36 +120,33 @@ func appendEntry(dst []byte, e entry) []byte {
 }
 
 func decodeEntry(b []byte) (entry, error) {
-	if len(b) != entryValueBytes || b[0] != formatVersion || b[1]&^flagTombstone != 0 {
+	if len(b) != entryValueBytes || b[0] != valueVersion || b[1]&^(flagTombstone|flagRef) != 0 || b[1] == flagTombstone|flagRef {
 		return entry{}, fmt.Errorf("value %x: %w", b, errIndexBad)
 	}
 	e := entry{
 		tomb: b[1]&flagTombstone != 0,
+		ref:  b[1]&flagRef != 0,
 		seg:  binary.LittleEndian.Uint64(b[2:]),
 		off:  binary.LittleEndian.Uint64(b[10:]),
 		len:  binary.LittleEndian.Uint32(b[18:]),
 		seq:  binary.LittleEndian.Uint64(b[22:]),
 	}
-	want := uint32(putRecordBytes)
-	if e.tomb {
-		want = headerBytes
-	}
-	if e.len != want {
-		return entry{}, fmt.Errorf("value len %d tombstone %v: %w", e.len, e.tomb, errIndexBad)
+	if e.len != e.recordBytes() {
+		return entry{}, fmt.Errorf("value len %d tombstone %v ref %v: %w", e.len, e.tomb, e.ref, errIndexBad)
 	}
 	return e, nil
 }
 
 func appendWatermark(dst []byte, w watermark) []byte {
 	var b [watermarkBytes]byte
-	b[0] = formatVersion
+	b[0] = valueVersion
 	binary.LittleEndian.PutUint64(b[1:], w.seg)
 	binary.LittleEndian.PutUint64(b[9:], w.off)
 	return append(dst, b[:]...)
 }
 
 func decodeWatermark(b []byte) (watermark, error) {
-	if len(b) != watermarkBytes || b[0] != formatVersion {
+	if len(b) != watermarkBytes || b[0] != valueVersion {
 		return watermark{}, fmt.Errorf("watermark %x: %w", b, errIndexBad)
 	}
 	return watermark{seg: binary.LittleEndian.Uint64(b[1:]), off: binary.LittleEndian.Uint64(b[9:])}, nil
@@ -267,7 +286,7 @@ func (ib *indexBatch) prefetch(groups ...[]scanned) error {
 // recordKey is the key whose entry applying record (h, rec) reads.
 func recordKey(h header, rec []byte) (Key, bool) {
 	switch h.kind {
-	case kindPut, kindTombstone, kindRemove:
+	case kindPut, kindTombstone, kindRef, kindRemove:
 		return h.key(), true
 	case kindMove:
 		if ih, _, err := decodeMove(h, rec); err == nil {
@@ -317,8 +336,8 @@ func newDelta() *delta { return &delta{live: map[uint64]int64{}} }
 // move's source. It must stay deterministic: Open replays it over the log.
 func applyRecord(b *indexBatch, seg, off uint64, h header, rec []byte, d *delta) error {
 	switch h.kind {
-	case kindPut, kindTombstone:
-		e := entry{seg: seg, off: off, len: uint32(len(rec)), seq: h.seq, tomb: h.kind == kindTombstone}
+	case kindPut, kindTombstone, kindRef:
+		e := entry{seg: seg, off: off, len: uint32(len(rec)), seq: h.seq, tomb: h.kind == kindTombstone, ref: h.kind == kindRef}
 		return setEntry(b, h.key(), e, d)
 	case kindRemove:
 		old, ok, err := b.get(h.key())
@@ -337,7 +356,7 @@ func applyRecord(b *indexBatch, seg, off uint64, h header, rec []byte, d *delta)
 		if err != nil || !ok || old.seg != h.moveSeg() || old.off != h.moveOff() {
 			return err
 		}
-		e := entry{seg: seg, off: off + headerBytes, len: uint32(len(inner)), seq: ih.seq, tomb: ih.kind == kindTombstone}
+		e := entry{seg: seg, off: off + headerBytes, len: uint32(len(inner)), seq: ih.seq, tomb: ih.kind == kindTombstone, ref: ih.kind == kindRef}
 		return setEntry(b, ih.key(), e, d)
 	}
 	return nil // commit records carry no index change

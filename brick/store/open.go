@@ -16,8 +16,10 @@ import (
 // the segments written after the index's watermark, truncates a torn tail
 // off the head segment, and rebuilds the live-bytes accounting from the
 // index. Bit rot in a segment does not stop Open; reads of the blocks it
-// hit report ErrCorrupt. Errors: invalid options, I/O errors, an index from
-// another format version, or segments without an index.
+// hit report ErrCorrupt. A store of format version 1 opens as it is and
+// moves to version 2 with its first ref (record.go). Errors: invalid
+// options, I/O errors, an index of a format version other than 1 or 2, or
+// segments without an index.
 func Open(dir string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -125,8 +127,10 @@ func (s *Store) open() error {
 }
 
 // loadMeta checks the index's format version and returns its watermark.
-// A new index is initialised, unless segments exist: an index lost beside
-// its segments cannot be rebuilt exactly (moves depend on index state).
+// A new index is initialised, at format version 1 (formatVersionMin: it
+// moves to 2 with its first ref, record.go), unless segments exist: an
+// index lost beside its segments cannot be rebuilt exactly (moves depend
+// on index state).
 func (s *Store) loadMeta(haveSegments bool) (watermark, error) {
 	v, closer, err := s.db.Get(versionKey)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -135,24 +139,40 @@ func (s *Store) loadMeta(haveSegments bool) (watermark, error) {
 		}
 		b := s.db.NewBatch()
 		defer b.Close()
-		b.Set(versionKey, []byte{formatVersion}, nil)
+		b.Set(versionKey, []byte{formatVersionMin}, nil)
 		b.Set(watermarkKey, appendWatermark(nil, watermark{}), nil)
+		s.version.Store(formatVersionMin)
 		return watermark{}, b.Commit(pebble.Sync)
 	}
 	if err != nil {
 		return watermark{}, fmt.Errorf("index version: %w", err)
 	}
-	bad := len(v) != 1 || v[0] != formatVersion
+	ver, err := checkVersion(v)
 	closer.Close()
-	if bad {
-		return watermark{}, fmt.Errorf("index format version %x, want %d", v, formatVersion)
+	if err != nil {
+		return watermark{}, err
 	}
+	s.version.Store(uint32(ver))
 	v, closer, err = s.db.Get(watermarkKey)
 	if err != nil {
 		return watermark{}, fmt.Errorf("index watermark: %w", err)
 	}
 	defer closer.Close()
 	return decodeWatermark(v)
+}
+
+// checkVersion returns the format version of the index's version value v,
+// or an error saying why this build cannot open the store.
+func checkVersion(v []byte) (byte, error) {
+	switch {
+	case len(v) != 1:
+		return 0, fmt.Errorf("index format version %x: not one byte", v)
+	case v[0] > formatVersion:
+		return 0, fmt.Errorf("index format version %d, newer than this build's %d: open the store with a build that knows format %d", v[0], formatVersion, v[0])
+	case v[0] < formatVersionMin:
+		return 0, fmt.Errorf("index format version %d, want %d to %d", v[0], formatVersionMin, formatVersion)
+	}
+	return v[0], nil
 }
 
 // replay re-applies to the index every committed batch at or after the
@@ -193,6 +213,14 @@ func (s *Store) replaySegment(seg *segment, from int64, isHead bool) error {
 			return err
 		}
 		for _, r := range recs {
+			// A ref in a version 1 store (written by a build that did not
+			// upgrade it first) is read as a ref all the same; the upgrade
+			// keeps a version 1 build from misreading it next.
+			if s.version.Load() < formatVersionRef && hasRef(r.h, r.rec) {
+				if err := s.upgradeFormat(); err != nil {
+					return err
+				}
+			}
 			if err := applyRecord(ib, seg.id, uint64(r.off), r.h, r.rec, d); err != nil {
 				return err
 			}

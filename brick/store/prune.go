@@ -7,8 +7,9 @@ import (
 	"slices"
 )
 
-// Pruning. A block's versions are entries (vol, block, gen), each a put or
-// a tombstone. A reader at generation r (a snapshot's gen, or the live
+// Pruning. A block's versions are entries (vol, block, gen), each a put, a
+// ref (a put whose data lies in a stripe: it prunes as a put) or a
+// tombstone. A reader at generation r (a snapshot's gen, or the live
 // gen) sees the entry with the greatest gen <= r; a tombstone, or no entry
 // at all, reads as zeros. Once a snapshot is deleted, versions only it
 // saw are garbage; Survivors decides which versions of one block stay and

@@ -24,26 +24,32 @@ func TestLatestRange(t *testing.T) {
 		start, gen := rng.Uint64N(60), rng.Uint64N(4)
 		for b := start; b < start+1+rng.Uint64N(12); b++ {
 			seq++
-			if rng.IntN(8) == 0 {
+			switch rng.IntN(8) {
+			case 0:
 				ops = append(ops, Op{Kind: OpTombstone, Key: k7(b, gen), Seq: seq})
-			} else {
+			case 1, 2:
+				ops = append(ops, refOp(k7(b, gen), seq))
+			default:
 				ops = append(ops, putOp(k7(b, gen), seq))
 			}
 		}
 		mustApply(t, s, ops...)
 	}
-	// Corrupt one put record in the middle of a run.
-	var bad Key
+	// Corrupt one put record in the middle of a run, and one ref.
+	var bad, badRef Key
 	s.Scan(7, 20, 80, func(e Entry) bool {
-		if !e.Tombstone {
+		if !e.Tombstone && !e.Ref && bad == (Key{}) {
 			bad = e.Key
-			return false
 		}
-		return true
+		if e.Ref && badRef == (Key{}) {
+			badRef = e.Key
+		}
+		return bad == (Key{}) || badRef == (Key{})
 	})
-	loc := location(t, s, bad)
+	loc, locRef := location(t, s, bad), location(t, s, badRef)
 	s.Close()
 	flipByte(t, dir, loc.seg, int64(loc.off)+headerBytes+7)
+	flipByte(t, dir, locRef.seg, int64(locRef.off)+headerBytes+7)
 	s = openT(t, dir, Options{})
 
 	for _, maxGen := range []uint64{0, 1, 2, 3, ^uint64(0)} {
@@ -75,7 +81,16 @@ func TestLatestRange(t *testing.T) {
 				if errors.Is(err, ErrCorrupt) != errors.Is(g.Err, ErrCorrupt) || (err == nil) != (g.Err == nil) {
 					t.Fatalf("block %d: Latest err %v, LatestRange err %v", b, err, g.Err)
 				}
-				if !bytes.Equal(data, g.Data) || (data == nil) != (g.Data == nil) {
+				got := g.Data
+				if e.Ref {
+					if g.Data != nil || g.InDst || (g.Err == nil) != (len(g.Ref) == RefBytes) {
+						t.Fatalf("block %d: ref with %d data bytes, in dst %v, ref %x, err %v", b, len(g.Data), g.InDst, g.Ref, g.Err)
+					}
+					got = g.Ref
+				} else if g.Ref != nil {
+					t.Fatalf("block %d: not a ref, but ref payload %x", b, g.Ref)
+				}
+				if !bytes.Equal(data, got) || (data == nil) != (got == nil) {
 					t.Fatalf("block %d: data differs", b)
 				}
 			}
@@ -130,7 +145,7 @@ func checkDst(t *testing.T, got []Block, dst []byte, lo, hi uint64) {
 	}
 	if in == 0 && len(got) > 0 {
 		for _, g := range got {
-			if g.Err == nil && !g.Entry.Tombstone {
+			if g.Err == nil && !g.Entry.Tombstone && !g.Entry.Ref {
 				t.Fatalf("range [%d, %d): no block read into dst", lo, hi)
 			}
 		}

@@ -13,8 +13,9 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
-// Get returns the exact key's entry and data (nil data for a tombstone).
-// The data is checked against its crc on every read. Errors: ErrNotFound;
+// Get returns the exact key's entry and data: nil for a tombstone, the
+// payload (RefBytes) for a ref (Entry.Ref). The data, or payload, is
+// checked against its crc on every read. Errors: ErrNotFound;
 // ErrCorrupt (with the index's Entry, so the caller can repair that
 // version; the bad bytes are never returned); ErrClosed; I/O errors.
 func (s *Store) Get(key Key) ([]byte, Entry, error) {
@@ -38,6 +39,7 @@ type Meta struct {
 	Present   bool
 	Seq       uint64
 	Tombstone bool
+	Ref       bool // a ref (Entry.Ref)
 }
 
 // Metas looks keys up in the index only: their data is neither read nor
@@ -64,7 +66,7 @@ func (s *Store) Metas(keys []Key) ([]Meta, error) {
 	}
 	metas := make([]Meta, len(sorted))
 	err := lookupEntries(s.db, sorted, func(j int, e entry) error {
-		metas[j] = Meta{Present: true, Seq: e.seq, Tombstone: e.tomb}
+		metas[j] = Meta{Present: true, Seq: e.seq, Tombstone: e.tomb, Ref: e.ref}
 		return nil
 	})
 	if err != nil {
@@ -78,13 +80,14 @@ func (s *Store) Metas(keys []Key) ([]Meta, error) {
 }
 
 // Latest returns the entry with the greatest Gen <= maxGen for (vol,
-// block), and its data; a tombstone has nil data. Errors as Get.
+// block), and its data as Get does (nil for a tombstone, the payload for
+// a ref). Errors as Get.
 func (s *Store) Latest(vol, block, maxGen uint64) ([]byte, Entry, error) {
 	return s.LatestAt(vol, block, Reader{Gen: maxGen})
 }
 
-// LatestAt returns the entry of (vol, block) that r reads, and its data;
-// a tombstone has nil data. Errors as Get.
+// LatestAt returns the entry of (vol, block) that r reads, and its data
+// as Get does (nil for a tombstone, the payload for a ref). Errors as Get.
 func (s *Store) LatestAt(vol, block uint64, r Reader) ([]byte, Entry, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -123,10 +126,10 @@ func lastEntry(it *pebble.Iterator, r Reader) (Key, entry, bool, error) {
 	return Key{}, entry{}, false, it.Close()
 }
 
-// readEntryLocked returns the data of entry e of key k, checked. The caller
-// holds s.mu (R).
+// readEntryLocked returns the data (or ref payload) of entry e of key k,
+// checked. The caller holds s.mu (R).
 func (s *Store) readEntryLocked(k Key, e entry) ([]byte, Entry, error) {
-	ent := Entry{Key: k, Seq: e.seq, Tombstone: e.tomb}
+	ent := entryOf(k, e)
 	if e.tomb {
 		return nil, ent, nil
 	}
@@ -149,7 +152,7 @@ func (s *Store) readEntryLocked(k Key, e entry) ([]byte, Entry, error) {
 const RangeBlocksMax = limits.ChunkBytesMax / limits.BlockBytes
 
 // checkRecord checks that rec, read from where entry e of key k says, is
-// that put record whole, and returns its data.
+// that put (or ref) record whole, and returns its data (or payload).
 func (s *Store) checkRecord(k Key, e entry, rec []byte) ([]byte, error) {
 	if len(rec) < headerBytes {
 		return nil, s.corrupt(k, e, errShort)
@@ -161,15 +164,27 @@ func (s *Store) checkRecord(k Key, e entry, rec []byte) ([]byte, error) {
 }
 
 // Block is one block of a LatestRange: its newest entry at or below the
-// generation asked for, and its data (nil for a tombstone) or the error
-// Latest would give for it (ErrCorrupt with Entry set: repair that version).
-// InDst: the data was read into LatestRange's dst, at the block's place
-// (Data is that part of dst).
+// generation asked for, and its data (nil for a tombstone or a ref) or the
+// error Latest would give for it (ErrCorrupt with Entry set: repair that
+// version). InDst: the data was read into LatestRange's dst, at the
+// block's place (Data is that part of dst). A ref (Entry.Ref) has its
+// payload in Ref and no data: its block is neither zeros nor in dst.
 type Block struct {
 	Entry Entry
 	Data  []byte
+	Ref   []byte // Entry.Ref only: the payload, RefBytes (nil with Err)
 	Err   error
 	InDst bool
+}
+
+// set fills b with what readEntryLocked or checkRecord gave for entry.
+func (b *Block) set(data []byte, e Entry, err error) {
+	b.Entry, b.Err = e, err
+	if e.Ref {
+		b.Ref = data
+	} else {
+		b.Data = data
+	}
 }
 
 // found is an index entry and its key.
@@ -239,18 +254,19 @@ func (s *Store) LatestRangeAt(vol, blockLo, blockHi uint64, r Reader, dst []byte
 	for i := 0; i < len(ents); {
 		f := ents[i]
 		if f.e.tomb {
-			out[i].Entry = Entry{Key: f.k, Seq: f.e.seq, Tombstone: true}
+			out[i].Entry = entryOf(f.k, f.e)
 			i++
 			continue
 		}
-		// The run of records that follow this one in its segment.
+		// The run of records of the same kind (puts or refs) that follow
+		// this one in its segment.
 		j, end := i+1, f.e.off+uint64(f.e.len)
-		for j < len(ents) && !ents[j].e.tomb && ents[j].e.seg == f.e.seg && ents[j].e.off == end {
+		for j < len(ents) && !ents[j].e.tomb && ents[j].e.ref == f.e.ref && ents[j].e.seg == f.e.seg && ents[j].e.off == end {
 			end += uint64(ents[j].e.len)
 			j++
 		}
 		seg := s.mu.segs[f.e.seg]
-		if dst != nil && seg != nil {
+		if dst != nil && seg != nil && !f.e.ref {
 			done, err := s.readRunInto(seg, ents[i:j], out[i:j], dst, blockLo)
 			if err != nil {
 				return nil, fmt.Errorf("latest vol %d block %d: read segment %d at %d: %w", vol, f.k.Block, f.e.seg, f.e.off, err)
@@ -273,12 +289,12 @@ func (s *Store) LatestRangeAt(vol, blockLo, blockHi uint64, r Reader, dst []byte
 		for ; i < j; i++ {
 			g := ents[i]
 			if buf == nil {
-				out[i].Data, out[i].Entry, out[i].Err = s.readEntryLocked(g.k, g.e)
+				out[i].set(s.readEntryLocked(g.k, g.e))
 				continue
 			}
 			at := g.e.off - f.e.off
-			out[i].Entry = Entry{Key: g.k, Seq: g.e.seq}
-			out[i].Data, out[i].Err = s.checkRecord(g.k, g.e, buf[at:at+uint64(g.e.len):at+uint64(g.e.len)])
+			data, err := s.checkRecord(g.k, g.e, buf[at:at+uint64(g.e.len):at+uint64(g.e.len)])
+			out[i].set(data, entryOf(g.k, g.e), err)
 		}
 	}
 	return out, nil
@@ -296,7 +312,7 @@ func (s *Store) readRunInto(seg *segment, run []found, out []Block, dst []byte, 
 		return false, nil
 	}
 	for _, r := range run {
-		if r.e.len != putRecordBytes {
+		if r.e.len != putRecordBytes || r.e.ref {
 			return false, nil
 		}
 	}
@@ -321,7 +337,7 @@ func (s *Store) readRunInto(seg *segment, run []found, out []Block, dst []byte, 
 		iovs = skipIovs(iovs, n)
 	}
 	for i, r := range run {
-		out[i] = Block{Entry: Entry{Key: r.k, Seq: r.e.seq}, Data: place(r.k), InDst: true}
+		out[i] = Block{Entry: entryOf(r.k, r.e), Data: place(r.k), InDst: true}
 		if out[i].Err = s.checkSplit(r.k, r.e, hdr(i), out[i].Data); out[i].Err != nil {
 			out[i].Data, out[i].InDst = nil, false
 		}
@@ -345,14 +361,18 @@ func skipIovs(iovs [][]byte, n int) [][]byte {
 	return iovs
 }
 
-// checkSplit is checkRecord for a put record read as its header and its
-// data apart.
+// checkSplit is checkRecord for a put (or ref) record read as its header
+// and its data apart.
 func (s *Store) checkSplit(k Key, e entry, hdr, data []byte) error {
 	h, err := decodeHeader(hdr)
 	if err != nil {
 		return s.corrupt(k, e, err)
 	}
-	if h.kind != kindPut || h.key() != k || h.seq != e.seq || headerBytes+int(h.dlen) != int(e.len) || len(data) != int(h.dlen) {
+	want := kindPut
+	if e.ref {
+		want = kindRef
+	}
+	if h.kind != want || h.key() != k || h.seq != e.seq || headerBytes+int(h.dlen) != int(e.len) || len(data) != int(h.dlen) {
 		return s.corrupt(k, e, fmt.Sprintf("record kind %d key %v seq %d disagrees with index", h.kind, h.key(), h.seq))
 	}
 	if !dataValidSplit(hdr, data, h) {
@@ -375,7 +395,7 @@ func (s *Store) corrupt(k Key, e entry, why any) error {
 // it sees each entry as of some moment during the Scan.
 func (s *Store) Scan(vol, blockLo, blockHi uint64, fn func(Entry) bool) error {
 	return s.scanEntries(vol, blockLo, blockHi, func(k Key, e entry) bool {
-		return fn(Entry{Key: k, Seq: e.seq, Tombstone: e.tomb})
+		return fn(entryOf(k, e))
 	})
 }
 

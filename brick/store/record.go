@@ -9,7 +9,7 @@ import (
 	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
-// Segment file format, version 1.
+// Segment file format, version 2 (version 1 plus the ref record).
 //
 // A segment file seg-%016x.log (id in hex) is a sequence of records with no
 // file header; the file is only ever appended to, or truncated back to the
@@ -26,7 +26,10 @@ import (
 //	|  4   |  1  |  1   |   2   |  8   |   8   |   8   |   8   |  4   |  4   |  4   |  dlen   |
 //	+------+-----+------+-------+------+-------+-------+-------+------+------+------+---------+
 //
-//	magic  recordMagic; ver = formatVersion; flags = 0 (reserved)
+//	magic  recordMagic; flags = 0 (reserved)
+//	ver    the format version that brought in the record's kind
+//	       (recordVersion): 2 for a ref, 1 for every other kind, so a
+//	       store that never held a ref is a version 1 store byte for byte
 //	hcrc   crc32c (Castagnoli) of bytes [0,44): the header alone, so the key and
 //	       dlen can be trusted, and the record skipped, when only the data rotted
 //	crc    crc32c of bytes [0,48) followed by data: header and data together
@@ -38,7 +41,10 @@ import (
 //	3 remove     key and seq as put, dlen = 0
 //	4 commit     vol = records in the batch, block = their bytes; gen = seq = dlen = 0
 //	5 move       vol = source segment, block = source offset; gen = seq = 0;
-//	             data = the moved put or tombstone record, byte for byte
+//	             data = the moved put, tombstone or ref record, byte for byte
+//	6 ref        (version 2) key and seq as put; dlen = RefBytes; data = an
+//	             opaque payload the store keeps for the block instead of its
+//	             data (brick/ec.Ref: the erasure-coded stripe that holds it)
 //
 // An Apply batch is its records followed by one commit record; a batch
 // never spans two segments. Recovery applies a batch only when its commit
@@ -48,20 +54,51 @@ import (
 // takes the move only if the key still points at the source location
 // (index.go), so a move never undoes a newer write or a remove.
 //
+// Format versions. The store's version is the one in its index (index.go,
+// open.go). Version 2 adds the ref record and the index's ref flag, and
+// changes nothing else. A version 2 build opens a version 1 store as it is
+// and keeps writing it as version 1 until it first writes a ref (or
+// replays one): then, before that record reaches a segment, it sets the
+// index's version to 2, durably (Store.upgradeFormat). The upgrade is one
+// way: from then on a version 1 build refuses the store ("index format
+// version 02, want 1"), so it never meets a record or an index entry it
+// cannot read. A store of a version above formatVersion is refused.
+//
 // Records are not aligned. limits.BlockBytes is part of the format too: a
 // store written with another block size is another format version.
 //
 // These constants are part of the format: never edit them; add a version.
 const (
-	recordMagic   = 0x52534c50 // "PLSR" in file byte order
-	formatVersion = 1
-	headerBytes   = 52
-	hcrcOffset    = 44
-	crcOffset     = 48
+	recordMagic = 0x52534c50 // "PLSR" in file byte order
+	// formatVersion is the newest format this build reads and writes;
+	// formatVersionRef the one that brought in refs; formatVersionMin the
+	// oldest it opens (and upgrades when it writes a ref).
+	formatVersion    = 2
+	formatVersionRef = 2
+	formatVersionMin = 1
+	headerBytes      = 52
+	hcrcOffset       = 44
+	crcOffset        = 48
+	// RefBytes is the size of a ref record's payload (Op.Ref): the store
+	// keeps it opaque. It equals brick/ec.RefBytes (asserted at compile
+	// time in ref_test.go: the store does not import brick/ec, which pulls
+	// in the erasure coder, and its format must not change because another
+	// package's constant did: a ref of another size is a new store format).
+	RefBytes = 13
 	// putRecordBytes is the size of a put record, the largest op record.
 	putRecordBytes = headerBytes + limits.BlockBytes
+	// refRecordBytes is the size of a ref record.
+	refRecordBytes = headerBytes + RefBytes
 	// moveRecordBytesMax is the size of a move record carrying a put.
 	moveRecordBytesMax = headerBytes + putRecordBytes
+)
+
+// Compile-time relations: a ref record is smaller than a put record (a
+// move of one fits the bounds of a move of a put), and formats only grow.
+const (
+	_ = uint64(putRecordBytes - refRecordBytes - 1)
+	_ = uint64(formatVersion - formatVersionRef)
+	_ = uint64(formatVersionRef - formatVersionMin - 1)
 )
 
 type kind uint8
@@ -72,7 +109,17 @@ const (
 	kindRemove    kind = 3
 	kindCommit    kind = 4
 	kindMove      kind = 5
+	kindRef       kind = 6 // format version 2
 )
+
+// recordVersion is the ver field of a record of kind k: the format
+// version that brought k in. A decoder accepts no other.
+func recordVersion(k kind) byte {
+	if k == kindRef {
+		return formatVersionRef
+	}
+	return 1
+}
 
 // header is a decoded record header. For commit and move records vol and
 // block carry the fields described in the format box; see the accessors.
@@ -108,7 +155,7 @@ func appendRecord(dst []byte, h header, data []byte) []byte {
 	start := len(dst)
 	var hb [headerBytes]byte
 	binary.LittleEndian.PutUint32(hb[0:], recordMagic)
-	hb[4] = formatVersion
+	hb[4] = recordVersion(h.kind)
 	hb[5] = byte(h.kind)
 	binary.LittleEndian.PutUint64(hb[8:], h.vol)
 	binary.LittleEndian.PutUint64(hb[16:], h.block)
@@ -139,7 +186,7 @@ func decodeHeader(b []byte) (header, error) {
 	if crc32.Checksum(b[:hcrcOffset], castagnoli) != binary.LittleEndian.Uint32(b[hcrcOffset:]) {
 		return header{}, errHeaderCRC
 	}
-	if b[4] != formatVersion || b[6] != 0 || b[7] != 0 {
+	if b[4] != recordVersion(kind(b[5])) || b[6] != 0 || b[7] != 0 {
 		return header{}, fmt.Errorf("version %d flags %#x: %w", b[4], b[6:8], errHeader)
 	}
 	h := header{
@@ -163,8 +210,10 @@ func dlenValid(k kind, dlen uint32) bool {
 		return dlen == limits.BlockBytes
 	case kindTombstone, kindRemove, kindCommit:
 		return dlen == 0
+	case kindRef:
+		return dlen == RefBytes
 	case kindMove:
-		return dlen == headerBytes || dlen == putRecordBytes
+		return dlen == headerBytes || dlen == putRecordBytes || dlen == refRecordBytes
 	}
 	return false
 }
@@ -208,8 +257,18 @@ func decodeMove(h header, rec []byte) (header, []byte, error) {
 	if err != nil {
 		return header{}, nil, fmt.Errorf("moved record: %w", err)
 	}
-	if (ih.kind != kindPut && ih.kind != kindTombstone) || headerBytes+int(ih.dlen) != len(inner) {
+	if (ih.kind != kindPut && ih.kind != kindTombstone && ih.kind != kindRef) || headerBytes+int(ih.dlen) != len(inner) {
 		return header{}, nil, fmt.Errorf("moved record kind %d dlen %d: %w", ih.kind, ih.dlen, errHeader)
 	}
 	return ih, inner, nil
+}
+
+// hasRef reports whether record (h, rec) is a ref or a move carrying one:
+// a record a format version 1 store must not hold.
+func hasRef(h header, rec []byte) bool {
+	if h.kind == kindMove {
+		ih, _, err := decodeMove(h, rec)
+		return err == nil && ih.kind == kindRef
+	}
+	return h.kind == kindRef
 }

@@ -16,11 +16,19 @@ import (
 // Key names one stored block version.
 type Key struct{ Vol, Block, Gen uint64 }
 
-// Entry is what the index knows of a stored block version.
+// Entry is what the index knows of a stored block version: a put (its
+// data), a tombstone (zeros), or a ref (Ref: no data here, but a payload
+// of RefBytes saying where the data is; the store does not read it).
 type Entry struct {
 	Key
 	Seq       uint64
 	Tombstone bool
+	Ref       bool // never with Tombstone
+}
+
+// entryOf is the Entry of index entry e of key k.
+func entryOf(k Key, e entry) Entry {
+	return Entry{Key: k, Seq: e.seq, Tombstone: e.tomb, Ref: e.ref}
 }
 
 // OpKind says what an Op does.
@@ -30,14 +38,20 @@ const (
 	OpPut       OpKind = iota + 1 // store Data (exactly BlockBytes) at Key with Seq
 	OpTombstone                   // store a tombstone at Key with Seq
 	OpRemove                      // remove Key entirely (index entry gone; its record becomes garbage)
+	OpRef                         // store the payload Ref (exactly RefBytes) at Key with Seq, instead of data
 )
 
-// Op is one change of an Apply batch.
+// Op is one change of an Apply batch. A ref is a version of the block
+// like a put: it hides older gens from the readers above it, prunes as a
+// put, and reads back as its payload with Entry.Ref (never as data or as
+// zeros). The first ref a store takes moves it to format version 2
+// (record.go).
 type Op struct {
 	Kind OpKind
 	Key  Key
 	Seq  uint64
 	Data []byte // OpPut only, len == limits.BlockBytes
+	Ref  []byte // OpRef only, len == RefBytes; opaque to the store (brick/ec.Ref)
 }
 
 // Options configure Open. The zero value is usable.
@@ -106,7 +120,8 @@ var (
 	ErrNoSpace  = errors.New("store: no space left")
 	ErrClosed   = errors.New("store: closed")
 	// ErrInvalid reports a malformed Apply batch (unknown kind, wrong data
-	// length, more than BatchOpsMax ops); nothing of the batch is written.
+	// or ref length, more than BatchOpsMax ops); nothing of the batch is
+	// written.
 	ErrInvalid = errors.New("store: invalid op")
 )
 
@@ -130,6 +145,10 @@ type Store struct {
 	headID   atomic.Uint64
 	used     atomic.Int64          // bytes of all segment files
 	broken   atomic.Pointer[error] // set once; then every Apply fails with it
+	// version is the format version of the index's version key: 1 until
+	// the first ref is written (or replayed), then 2 (record.go). Set by
+	// Open, then only by the committer (upgradeFormat).
+	version atomic.Uint32
 
 	cleanMu sync.Mutex // one cleaner pass at a time
 
