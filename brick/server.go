@@ -39,7 +39,8 @@ type Config struct {
 	Addr          string // advertised gRPC address
 	DataDir       string // the store lives in DataDir/store
 	Domain        map[string]string
-	CapacityBytes int64 // 0: free space of DataDir's file system
+	CapacityBytes int64  // 0: free space of DataDir's file system
+	Class         string // storage class (clustermap.Brick.Class); "" is the default class
 	Coord         *coordclient.Client
 	Logger        *slog.Logger
 	// HeartbeatInterval zero means limits.HeartbeatInterval.
@@ -223,7 +224,7 @@ func (s *Server) register(ctx context.Context) error {
 	st := s.store.Stats()
 	return s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
 		r, err := cl.RegisterBrick(ctx, &pb.RegisterBrickRequest{Name: s.cfg.Name, Addr: s.cfg.Addr,
-			Domain: s.cfg.Domain, CapacityBytes: st.CapacityBytes})
+			Domain: s.cfg.Domain, CapacityBytes: st.CapacityBytes, Class: s.cfg.Class})
 		if err != nil {
 			return err
 		}

@@ -120,12 +120,21 @@ func (r rules) admits(b *Brick) bool {
 }
 
 // conflicts reports whether a and b may not be members of one PG.
-func (r rules) conflicts(a, b *Brick) bool {
+func (r rules) conflicts(a, b *Brick) bool { return r.conflictsAbove(a, b, LevelHost) }
+
+// conflictsAbove is conflicts at the host level only when from is host:
+// a misplaced member leaving a PG keeps the host rule with its replacement
+// (a PG never has two members on one host) but not the levels above, or a
+// brick could never be replaced by another in the same rack.
+func (r rules) conflictsAbove(a, b *Brick, from string) bool {
 	if r.allowSame {
 		return false
 	}
 	if hostOf(a) == hostOf(b) {
 		return true
+	}
+	if from != LevelHost {
+		return false
 	}
 	for _, lvl := range r.levels[1:] {
 		if a.Domain[lvl] == b.Domain[lvl] {
@@ -139,32 +148,39 @@ func (r rules) conflicts(a, b *Brick) bool {
 // draining, not full, and admitted.
 func (r rules) takesNew(b *Brick) bool { return eligible(b) && !b.Full && r.admits(b) }
 
-// misplaced reports whether member i of p breaks r: a brick r does not
-// admit (its class or labels changed), or one in conflict with an earlier
-// member. Reconcile replaces it like a draining member.
-func (r rules) misplaced(m *Map, p *PG, i int) bool {
-	b := m.Brick(p.Bricks[i])
-	if b == nil {
-		return false
-	}
-	if !r.admits(b) {
-		return true
-	}
-	for _, e := range p.Bricks[:i] {
-		if eb := m.Brick(e); eb != nil && r.conflicts(eb, b) {
-			return true
+// misplaced returns the members of p that break r: bricks r does not admit
+// (their class or labels changed), and bricks in conflict with an earlier
+// member that is not misplaced itself (so the rest are conflict-free).
+// Reconcile replaces them like draining members.
+func (r rules) misplaced(m *Map, p *PG) map[string]bool {
+	out := map[string]bool{}
+	var good []*Brick
+	for _, name := range p.Bricks {
+		b := m.Brick(name)
+		if b == nil {
+			continue
+		}
+		bad := !r.admits(b)
+		for _, g := range good {
+			bad = bad || r.conflicts(g, b)
+		}
+		if bad {
+			out[name] = true
+		} else {
+			good = append(good, b)
 		}
 	}
-	return false
+	return out
 }
 
 // pickReplica chooses one more brick for a PG that already has members,
 // or returns "" if none fits. Hard rules: r (class, distinct domains up to
-// the volume's level), and the brick takes new members. Preference: fewest
+// the volume's level; only distinct hosts from the misplaced members),
+// and the brick takes new members. Preference: fewest
 // shared racks/sites with the members, then the least load per unit of
 // capacity once it takes the replica, then a hash of (vol, pg, brick) to
 // spread ties.
-func pickReplica(m *Map, l load, r rules, pg int, members []string) string {
+func pickReplica(m *Map, l load, r rules, pg int, members []string, misplaced map[string]bool) string {
 	type cand struct {
 		name   string
 		shared int
@@ -184,7 +200,11 @@ func pickReplica(m *Map, l load, r rules, pg int, members []string) string {
 			if mb == nil {
 				continue
 			}
-			if r.conflicts(mb, b) {
+			from := LevelHost
+			if misplaced[mem] {
+				from = "" // the host rule only
+			}
+			if r.conflictsAbove(mb, b, from) {
 				ok = false
 				break
 			}
@@ -285,7 +305,7 @@ func PlaceVolume(m *Map, spec VolumeSpec) (*Map, error) {
 	for i := range v.PGs {
 		var members []string
 		for len(members) < replicas {
-			b := pickReplica(n, l, r, i, members)
+			b := pickReplica(n, l, r, i, members, nil)
 			if b == "" {
 				return nil, fmt.Errorf("volume %q pg %d: %w", name, i, ErrPlacement)
 			}

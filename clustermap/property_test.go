@@ -278,7 +278,7 @@ func (w *world) checkFull(m *clustermap.Map, v *clustermap.Volume, i int, p clus
 		if b.State != clustermap.BrickUp || b.Draining || slices.Contains(p.Bricks, b.Name) {
 			continue
 		}
-		if takesNew(m, v, p.Bricks, &b) {
+		if takesNew(m, v, p, p.Bricks, &b) {
 			w.fatalf("volume %s pg %d: %d of %d replicas, yet %s could join: %+v", v.Name, i, count, v.Replicas, b.Name, p)
 		}
 	}
@@ -296,7 +296,7 @@ func (w *world) checkNewMembers(m *clustermap.Map, v *clustermap.Volume, pv *clu
 			continue
 		}
 		others := slices.DeleteFunc(slices.Clone(p.Bricks), func(s string) bool { return s == b })
-		if !takesNew(m, v, others, m.Brick(b)) {
+		if !takesNew(m, v, p, others, m.Brick(b)) {
 			w.fatalf("volume %s (class %q, domain %q) pg %d: new member %s (class %q, full %v, domain %v) breaks its rules: %+v",
 				v.Name, v.Class, v.Domain, i, b, m.Brick(b).Class, m.Brick(b).Full, m.Brick(b).Domain, p)
 		}
@@ -318,18 +318,27 @@ func conflicts(v *clustermap.Volume, a, b *clustermap.Brick) bool {
 	return hostOf(a) == hostOf(b) || v.Domain == clustermap.LevelRack && a.Domain[clustermap.LevelRack] == b.Domain[clustermap.LevelRack]
 }
 
-func takesNew(m *clustermap.Map, v *clustermap.Volume, members []string, b *clustermap.Brick) bool {
+// takesNew: b may join a PG of v with these members (p lists them all, in
+// order): a misplaced member keeps only the host rule with a newcomer.
+func takesNew(m *clustermap.Map, v *clustermap.Volume, p clustermap.PG, members []string, b *clustermap.Brick) bool {
 	if b.State != clustermap.BrickUp || b.Draining || b.Full || !admits(v, b) {
 		return false
 	}
 	for _, o := range members {
-		if conflicts(v, m.Brick(o), b) {
+		ob := m.Brick(o)
+		if misplaced(m, v, p, o) {
+			if !v.AllowSameDomain && hostOf(ob) == hostOf(b) {
+				return false
+			}
+		} else if conflicts(v, ob, b) {
 			return false
 		}
 	}
 	return true
 }
 
+// misplaced: not admitted, or in conflict with an earlier member that is
+// not misplaced itself.
 func misplaced(m *clustermap.Map, v *clustermap.Volume, p clustermap.PG, name string) bool {
 	i := slices.Index(p.Bricks, name)
 	if i < 0 {
@@ -339,7 +348,7 @@ func misplaced(m *clustermap.Map, v *clustermap.Volume, p clustermap.PG, name st
 		return true
 	}
 	for _, e := range p.Bricks[:i] {
-		if conflicts(v, m.Brick(e), m.Brick(name)) {
+		if !misplaced(m, v, p, e) && conflicts(v, m.Brick(e), m.Brick(name)) {
 			return true
 		}
 	}

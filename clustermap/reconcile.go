@@ -72,12 +72,7 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 	before := PG{Bricks: slices.Clone(p.Bricks), Syncing: slices.Clone(p.Syncing), Leaving: slices.Clone(p.Leaving)}
 	up := func(name string) bool { b := m.Brick(name); return b != nil && b.State == BrickUp }
 	r := rulesOf(v)
-	misplaced := map[string]bool{}
-	for i, b := range p.Bricks {
-		if r.misplaced(m, p, i) {
-			misplaced[b] = true
-		}
-	}
+	misplaced := r.misplaced(m, p)
 	draining := func(name string) bool {
 		b := m.Brick(name)
 		return b != nil && b.Draining || slices.Contains(p.Leaving, name) || misplaced[name]
@@ -145,7 +140,7 @@ func reconcilePG(m *Map, l load, v *Volume, pi int) bool {
 		if count >= v.Replicas {
 			break
 		}
-		b := pickReplica(m, l, r, pi, p.Bricks)
+		b := pickReplica(m, l, r, pi, p.Bricks, misplaced)
 		if b == "" {
 			break
 		}

@@ -48,6 +48,11 @@ func (s *Server) loop() {
 			continue
 		}
 		if _, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			return clustermap.MarkFull(m, s.usageReports()), nil
+		}); err != nil {
+			s.log.Warn("mark full bricks", "err", err)
+		}
+		if _, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
 			return clustermap.Reconcile(m, s.alive(m, time.Now())), nil
 		}); err != nil {
 			s.log.Warn("reconcile", "err", err)
@@ -171,4 +176,16 @@ func (s *Server) installedEpoch(m *clustermap.Map, now time.Time) uint64 {
 		low = min(low, s.mu.epochs[b.Name])
 	}
 	return low
+}
+
+// usageReports returns what each brick last reported of its store's use,
+// for MarkFull.
+func (s *Server) usageReports() map[string]clustermap.Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]clustermap.Usage, len(s.mu.usage))
+	for name, u := range s.mu.usage {
+		out[name] = clustermap.Usage{Used: u.used, Capacity: u.capacity}
+	}
+	return out
 }

@@ -63,6 +63,11 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		if err := clustermap.ValidName(r.Name); err != nil {
 			return nil, fmt.Errorf("brick: %w", err)
 		}
+		if r.Class != "" {
+			if err := clustermap.ValidClass(r.Class); err != nil {
+				return nil, fmt.Errorf("brick %s: %w", r.Name, err)
+			}
+		}
 		for k := range r.Domain {
 			if k != clustermap.LevelHost && k != clustermap.LevelRack && k != clustermap.LevelSite {
 				return nil, fmt.Errorf("brick %s: unknown failure-domain level %q (use host, rack, site)", r.Name, k)
@@ -73,10 +78,10 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		s.mu.Unlock()
 		m, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
 			old := m.Brick(r.Name)
-			b := clustermap.Brick{Name: r.Name, Addr: r.Addr, Domain: r.Domain, State: clustermap.BrickUp, CapacityBytes: r.CapacityBytes}
+			b := clustermap.Brick{Name: r.Name, Addr: r.Addr, Domain: r.Domain, State: clustermap.BrickUp, CapacityBytes: r.CapacityBytes, Class: r.Class}
 			if old != nil {
-				b.Draining = old.Draining
-				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && maps.Equal(old.Domain, b.Domain) {
+				b.Draining, b.Full = old.Draining, old.Full
+				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && old.Class == b.Class && maps.Equal(old.Domain, b.Domain) {
 					return nil, nil
 				}
 			} else if len(m.Bricks) >= limits.BricksMax {
@@ -89,7 +94,7 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		if err != nil {
 			return nil, err
 		}
-		s.log.InfoContext(ctx, "brick registered", "name", r.Name, "addr", r.Addr, "domain", r.Domain)
+		s.log.InfoContext(ctx, "brick registered", "name", r.Name, "addr", r.Addr, "domain", r.Domain, "class", r.Class)
 		return &pb.RegisterBrickResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RegisterBrickResponse, error) { return cl.RegisterBrick(ctx, r) })
 }
@@ -154,7 +159,8 @@ func (s *Server) CreateVolume(ctx context.Context, r *pb.CreateVolumeRequest) (*
 			if len(m.Volumes) >= limits.VolumesMax {
 				return nil, fmt.Errorf("the cluster already has %d volumes", limits.VolumesMax)
 			}
-			n, err := clustermap.AddVolume(m, r.Name, replicas, chunk, pgs, r.AllowSameDomain)
+			n, err := clustermap.PlaceVolume(m, clustermap.VolumeSpec{Name: r.Name, Replicas: replicas, ChunkBytes: chunk, PGs: pgs,
+				AllowSameDomain: r.AllowSameDomain, Class: r.Class, Domain: r.Domain})
 			if err == nil && r.FileVersions {
 				n.Volume(r.Name).FileVersions = true // n is a new map
 			}
@@ -163,7 +169,7 @@ func (s *Server) CreateVolume(ctx context.Context, r *pb.CreateVolumeRequest) (*
 		if err != nil {
 			return nil, err
 		}
-		s.log.InfoContext(ctx, "volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs, "file_versions", r.FileVersions)
+		s.log.InfoContext(ctx, "volume created", "name", r.Name, "replicas", replicas, "chunk", chunk, "pgs", pgs, "file_versions", r.FileVersions, "class", r.Class, "domain", r.Domain)
 		return &pb.CreateVolumeResponse{MapJson: clustermap.Encode(m)}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.CreateVolumeResponse, error) { return cl.CreateVolume(ctx, r) })
 }

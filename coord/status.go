@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"sort"
 	"time"
 
@@ -30,6 +31,17 @@ type Status struct {
 	FencesInForce map[string]uint64    `json:"fences_in_force,omitempty"`
 	LockServers   []LockServerStatus   `json:"lock_servers,omitempty"`
 	Sessions      []clustermap.Session `json:"sessions,omitempty"`
+	// Balance: where rule 6 of clustermap.Reconcile moves PG replicas to.
+	Balance BalanceStatus `json:"balance"`
+}
+
+// BalanceStatus is the balance the coordinator works towards: within each
+// storage class, PG replicas in proportion to capacity (clustermap.Balance).
+type BalanceStatus struct {
+	Bricks []clustermap.BrickBalance `json:"bricks"`
+	// Deviation is the largest |replicas - target| over bricks that are
+	// not full: below 2 means balanced.
+	Deviation float64 `json:"deviation"`
 }
 
 type LockServerStatus struct {
@@ -54,6 +66,8 @@ type BrickStatus struct {
 	Addr          string            `json:"addr"`
 	State         string            `json:"state"` // "up" or "down"
 	Draining      bool              `json:"draining"`
+	Class         string            `json:"class"`          // storage class ("default" when none was given)
+	Full          bool              `json:"full,omitempty"` // nearly full: takes no new PG members
 	Domain        map[string]string `json:"domain,omitempty"`
 	UsedBytes     int64             `json:"used_bytes"`
 	CapacityBytes int64             `json:"capacity_bytes"`
@@ -68,6 +82,8 @@ type VolumeStatus struct {
 	Name           string   `json:"name"`
 	ID             uint64   `json:"id"`
 	Replicas       int      `json:"replicas"`
+	Class          string   `json:"class,omitempty"`  // bricks of this class only
+	Domain         string   `json:"domain,omitempty"` // hard failure-domain level (absent: host)
 	ChunkBytes     uint32   `json:"chunk_bytes"`
 	PGs            int      `json:"pgs"`
 	Chunks         int64    `json:"chunks"`
@@ -122,6 +138,7 @@ func (s *Server) status(now time.Time) Status {
 	for _, b := range m.Bricks {
 		u := s.mu.usage[b.Name]
 		st.Bricks = append(st.Bricks, BrickStatus{Name: b.Name, Addr: b.Addr, State: string(b.State), Draining: b.Draining,
+			Class: b.ClassName(), Full: b.Full,
 			Domain: b.Domain, UsedBytes: u.used, CapacityBytes: max(u.capacity, b.CapacityBytes),
 			PGs: clustermap.PGsOn(m, b.Name), LastSeen: msAgo(s.mu.seen, b.Name, now), IO: u.io})
 	}
@@ -135,6 +152,11 @@ func (s *Server) status(now time.Time) Status {
 		st.LockServers = append(st.LockServers, ls)
 	}
 	st.Sessions = m.Sessions
+	st.Balance.Bricks, st.Balance.Deviation = clustermap.Balance(m)
+	st.Balance.Deviation = math.Round(st.Balance.Deviation*100) / 100
+	for i := range st.Balance.Bricks {
+		st.Balance.Bricks[i].Target = math.Round(st.Balance.Bricks[i].Target*100) / 100
+	}
 	for _, v := range m.Volumes {
 		vs := volumeStatus(m, v, s.mu.usage)
 		vs.LiveBytes, vs.HistoryBytes, vs.SpaceReportMsAgo = volumeSpaceSum(m, v.ID, s.mu.usage, now)
@@ -149,7 +171,8 @@ func (s *Server) status(now time.Time) Status {
 // down (clustermap.Reconcile, rule 2), and those hold its data but serve
 // none of it. A PG's chunks are the most any in-sync member reported.
 func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brickUsage) VolumeStatus {
-	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen, FileVersions: v.FileVersions}
+	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen, FileVersions: v.FileVersions,
+		Class: v.Class, Domain: v.Domain}
 	for i, p := range v.PGs {
 		var chunks int64
 		live := 0

@@ -36,6 +36,7 @@ type Config struct {
 	Coord         []string // coordinators to use (brick role); default Join, plus self
 	Domain        map[string]string
 	CapacityBytes int64
+	Class         string // brick storage class; "" is clustermap.ClassDefault
 	MetricsListen string // empty: no metrics endpoint
 	Logger        *slog.Logger
 }
@@ -115,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.Brick {
 		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
-			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Coord: n.cc, Logger: cfg.Logger}, n.gs)
+			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Class: cfg.Class, Coord: n.cc, Logger: cfg.Logger}, n.gs)
 		if err != nil {
 			return fail(err)
 		}

@@ -67,7 +67,7 @@ given on the command line overrides the file.`,
 func runServer(cmd *cobra.Command, sc serverconf.Config) error {
 	cfg := node.Config{Name: sc.Name, Listen: sc.Listen, Advertise: sc.Advertise, DataDir: sc.Data,
 		Coordinator: sc.Coordinator, Brick: sc.Brick, Lock: sc.Lock, Join: sc.Join, Coord: sc.Coord,
-		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), MetricsListen: sc.MetricsListen}
+		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), Class: sc.Class, MetricsListen: sc.MetricsListen}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sc.SlogLevel()})).With("node", cfg.Name)
 	n, err := node.Start(cmd.Context(), cfg)
 	if err != nil {

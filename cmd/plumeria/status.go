@@ -89,11 +89,22 @@ func printStatus(st *coord.Status) {
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%v\n", c.Name, c.Addr, role, c.Up)
 	}
-	fmt.Fprintln(w, "\nBRICK\tADDR\tSTATE\tUSED\tCAPACITY\tPGS\tDOMAIN")
+	fmt.Fprintln(w, "\nBRICK\tADDR\tSTATE\tCLASS\tUSED\tCAPACITY\tPGS\tTARGET\tDOMAIN")
+	target := map[string]string{}
+	for _, b := range st.Balance.Bricks {
+		target[b.Name] = fmt.Sprintf("%.1f", b.Target)
+	}
 	for _, b := range st.Bricks {
 		state := b.State
 		if b.Draining {
 			state += ",draining"
+		}
+		if b.Full {
+			state += ",full"
+		}
+		tg := target[b.Name]
+		if tg == "" {
+			tg = "-"
 		}
 		var dom []string
 		for _, k := range []string{"host", "rack", "site"} {
@@ -101,9 +112,15 @@ func printStatus(st *coord.Status) {
 				dom = append(dom, k+"="+v)
 			}
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", b.Name, b.Addr, colour(state), humanBytes(b.UsedBytes), humanBytes(b.CapacityBytes), b.PGs, strings.Join(dom, ","))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", b.Name, b.Addr, colour(state), b.Class, humanBytes(b.UsedBytes), humanBytes(b.CapacityBytes),
+			b.PGs, tg, strings.Join(dom, ","))
 	}
-	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSNAPSHOTS")
+	balanced := "balanced"
+	if st.Balance.Deviation >= 2 {
+		balanced = "rebalancing"
+	}
+	fmt.Fprintf(w, "balance: PG replicas per class in proportion to capacity (TARGET); largest deviation %.2f (%s)\n", st.Balance.Deviation, balanced)
+	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tPLACEMENT\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSNAPSHOTS")
 	for _, v := range st.Volumes {
 		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)
 		if v.UnavailablePGs > 0 {
@@ -120,7 +137,14 @@ func printStatus(st *coord.Status) {
 			snaps += " [" + sc.String() + "]"
 		}
 		live, history := spaceColumns(v)
-		fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", v.Name, v.Replicas, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs,
+		place := "host"
+		if v.Domain != "" {
+			place = v.Domain
+		}
+		if v.Class != "" {
+			place += ",class=" + v.Class
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", v.Name, v.Replicas, place, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs,
 			live, history, snaps)
 	}
 	w.Flush()

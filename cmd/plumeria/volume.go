@@ -22,6 +22,7 @@ func volumeCmd() *cobra.Command {
 	var replicas, pgs uint32
 	var chunk string
 	var allowSame, fileVersions bool
+	var class, domain string
 	create := &cobra.Command{
 		Use:     "create NAME",
 		Short:   "Create a sparse 2^64-byte virtual disk",
@@ -33,10 +34,20 @@ func volumeCmd() *cobra.Command {
 	create.Flags().StringVar(&chunk, "chunk-size", "1MiB", "unit of placement (power of two, 4KiB to 16MiB)")
 	create.Flags().Uint32Var(&pgs, "pgs", 0, "placement groups (default 64)")
 	create.Flags().BoolVar(&allowSame, "allow-same-domain", false, "allow replicas on the same host")
+	create.Flags().StringVar(&class, "class", "", "place the volume only on bricks of this storage class (brick --class; default: any)")
+	create.Flags().StringVar(&domain, "domain", "host", "failure-domain level at which copies must differ: host, rack or site (bricks need that label in --domain)")
 	create.Flags().BoolVar(&fileVersions, "file-versions", false, "keep a version of each file every time it is closed, sharing unchanged blocks (cannot be changed later)")
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		if replicas < 1 {
 			return fmt.Errorf("--replicas must be at least 1")
+		}
+		if class != "" {
+			if err := clustermap.ValidClass(class); err != nil {
+				return fmt.Errorf("--class: %w", err)
+			}
+		}
+		if err := clustermap.ValidDomainLevel(domain); err != nil {
+			return fmt.Errorf("--domain: %w", err)
 		}
 		cb, err := parseUint(chunk)
 		if err != nil {
@@ -54,7 +65,8 @@ func volumeCmd() *cobra.Command {
 		}
 		defer cl.Close()
 		err = cl.Call(cmd.Context(), func(ctx context.Context, c pb.CoordinatorClient) error {
-			_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: args[0], Replicas: replicas, ChunkBytes: uint32(cb), Pgs: pgs, AllowSameDomain: allowSame, FileVersions: fileVersions})
+			_, err := c.CreateVolume(ctx, &pb.CreateVolumeRequest{Name: args[0], Replicas: replicas, ChunkBytes: uint32(cb), Pgs: pgs, AllowSameDomain: allowSame, FileVersions: fileVersions,
+				Class: class, Domain: domain})
 			return err
 		})
 		if err != nil {

@@ -300,6 +300,9 @@ type RegisterBrickRequest struct {
 	Addr          string                 `protobuf:"bytes,2,opt,name=addr,proto3" json:"addr,omitempty"`
 	Domain        map[string]string      `protobuf:"bytes,3,rep,name=domain,proto3" json:"domain,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	CapacityBytes int64                  `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	// class: the brick's storage class (--class; "" is "default"). Volumes
+	// with a class are placed on bricks of that class only.
+	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +363,13 @@ func (x *RegisterBrickRequest) GetCapacityBytes() int64 {
 		return x.CapacityBytes
 	}
 	return 0
+}
+
+func (x *RegisterBrickRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
 }
 
 type RegisterBrickResponse struct {
@@ -901,7 +911,12 @@ type CreateVolumeRequest struct {
 	AllowSameDomain bool                   `protobuf:"varint,5,opt,name=allow_same_domain,json=allowSameDomain,proto3" json:"allow_same_domain,omitempty"`
 	// file_versions makes the volume keep per-file versions at its bricks
 	// (clustermap.Volume.FileVersions); it cannot be changed later.
-	FileVersions  bool `protobuf:"varint,6,opt,name=file_versions,json=fileVersions,proto3" json:"file_versions,omitempty"`
+	FileVersions bool `protobuf:"varint,6,opt,name=file_versions,json=fileVersions,proto3" json:"file_versions,omitempty"`
+	// class: place the volume's PGs on bricks of this storage class only ("" any).
+	Class string `protobuf:"bytes,7,opt,name=class,proto3" json:"class,omitempty"`
+	// domain: the failure-domain level at which a PG's replicas must differ:
+	// "" or "host", "rack", "site".
+	Domain        string `protobuf:"bytes,8,opt,name=domain,proto3" json:"domain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -976,6 +991,20 @@ func (x *CreateVolumeRequest) GetFileVersions() bool {
 		return x.FileVersions
 	}
 	return false
+}
+
+func (x *CreateVolumeRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *CreateVolumeRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
 }
 
 type CreateVolumeResponse struct {
@@ -3900,12 +3929,13 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\fJoinResponse\".\n" +
 	"\x18RemoveCoordinatorRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
-	"\x19RemoveCoordinatorResponse\"\xe7\x01\n" +
+	"\x19RemoveCoordinatorResponse\"\xfd\x01\n" +
 	"\x14RegisterBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12E\n" +
 	"\x06domain\x18\x03 \x03(\v2-.plumeria.v1.RegisterBrickRequest.DomainEntryR\x06domain\x12%\n" +
-	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x1a9\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12\x14\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x1a9\n" +
 	"\vDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
@@ -3952,7 +3982,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\rGetMapRequest\x12\x1b\n" +
 	"\tmin_epoch\x18\x01 \x01(\x04R\bminEpoch\"+\n" +
 	"\x0eGetMapResponse\x12\x19\n" +
-	"\bmap_json\x18\x01 \x01(\fR\amapJson\"\xc9\x01\n" +
+	"\bmap_json\x18\x01 \x01(\fR\amapJson\"\xf7\x01\n" +
 	"\x13CreateVolumeRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x1f\n" +
@@ -3960,7 +3990,9 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"chunkBytes\x12\x10\n" +
 	"\x03pgs\x18\x04 \x01(\rR\x03pgs\x12*\n" +
 	"\x11allow_same_domain\x18\x05 \x01(\bR\x0fallowSameDomain\x12#\n" +
-	"\rfile_versions\x18\x06 \x01(\bR\ffileVersions\"1\n" +
+	"\rfile_versions\x18\x06 \x01(\bR\ffileVersions\x12\x14\n" +
+	"\x05class\x18\a \x01(\tR\x05class\x12\x16\n" +
+	"\x06domain\x18\b \x01(\tR\x06domain\"1\n" +
 	"\x14CreateVolumeResponse\x12\x19\n" +
 	"\bmap_json\x18\x01 \x01(\fR\amapJson\"<\n" +
 	"\fFenceRequest\x12\x16\n" +

@@ -23,6 +23,7 @@ var usage = map[string]string{
 	"coord":          "comma-separated coordinator addresses a brick or lock server reports to (default: --join)",
 	"domain":         "failure domains, e.g. host=h1,rack=r1,site=s1 (default host=<hostname>)",
 	"capacity":       "brick capacity, e.g. 100GiB (default: free space of --data)",
+	"class":          "brick storage class, e.g. ssd or hdd; volumes created with --class use only bricks of theirs (default: default)",
 	"metrics-listen": "HOST:PORT to serve Prometheus /metrics on (default: none)",
 	"log-level":      "debug, info, warn or error",
 }

@@ -45,6 +45,7 @@ type Config struct {
 	Coord         []string `toml:"coord"`          // coordinators a brick/lock server reports to; none = join
 	Domain        Domain   `toml:"domain"`         // failure domains
 	Capacity      string   `toml:"capacity"`       // brick capacity, e.g. "100GiB"; "" = free space of data
+	Class         string   `toml:"class"`          // brick storage class, e.g. "ssd"; "" = "default"
 	MetricsListen string   `toml:"metrics-listen"` // HOST:PORT for Prometheus /metrics; "" = none
 	LogLevel      string   `toml:"log-level"`      // debug, info, warn or error
 }
@@ -262,6 +263,10 @@ func checkKey(c *Config, key string) error {
 		err = checkDomain(c.Domain)
 	case "capacity":
 		_, err = bytesize.ParseInt64(c.Capacity)
+	case "class":
+		if c.Class != "" {
+			err = clustermap.ValidClass(c.Class)
+		}
 	case "log-level":
 		var l slog.Level
 		if uerr := l.UnmarshalText([]byte(c.LogLevel)); uerr != nil || c.LogLevel == "" {
