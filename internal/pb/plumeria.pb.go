@@ -83,6 +83,7 @@ const (
 	BlockOp_PUT       BlockOp_Kind = 0
 	BlockOp_TOMBSTONE BlockOp_Kind = 1
 	BlockOp_REMOVE    BlockOp_Kind = 2
+	BlockOp_REF       BlockOp_Kind = 3
 )
 
 // Enum value maps for BlockOp_Kind.
@@ -91,11 +92,13 @@ var (
 		0: "PUT",
 		1: "TOMBSTONE",
 		2: "REMOVE",
+		3: "REF",
 	}
 	BlockOp_Kind_value = map[string]int32{
 		"PUT":       0,
 		"TOMBSTONE": 1,
 		"REMOVE":    2,
+		"REF":       3,
 	}
 )
 
@@ -3237,14 +3240,18 @@ func (x *PruneVersionsResponse) GetBytes() int64 {
 	return 0
 }
 
-// One block-level change, as the store applies it.
+// One block-level change, as the store applies it. REF stores, instead of
+// the block's data, a ref: the 13-byte payload of a brick/ec.Ref naming the
+// erasure-coded stripe that holds the data (store.OpRef). A ref is a
+// version of the block like a put (same key, same content), so it travels
+// wherever a put does: replication, backfill, reconciliation.
 type BlockOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kind          BlockOp_Kind           `protobuf:"varint,1,opt,name=kind,proto3,enum=plumeria.v1.BlockOp_Kind" json:"kind,omitempty"`
 	Block         uint64                 `protobuf:"varint,2,opt,name=block,proto3" json:"block,omitempty"`
 	Gen           uint64                 `protobuf:"varint,3,opt,name=gen,proto3" json:"gen,omitempty"`
 	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"` // PUT only, exactly one block
+	Data          []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"` // PUT: exactly one block; REF: the ref payload (13 bytes); else empty
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3502,11 +3509,15 @@ func (x *InventoryRequest) GetPg() uint32 {
 	return 0
 }
 
+// InventoryEntry is one entry a brick holds; ref: it is a ref, not data
+// (a seq names one change, so entries with equal seqs hold the same op;
+// ref lets a verifier check that too).
 type InventoryEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Block         uint64                 `protobuf:"varint,1,opt,name=block,proto3" json:"block,omitempty"`
 	Gen           uint64                 `protobuf:"varint,2,opt,name=gen,proto3" json:"gen,omitempty"`
 	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ref           bool                   `protobuf:"varint,4,opt,name=ref,proto3" json:"ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3560,6 +3571,13 @@ func (x *InventoryEntry) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *InventoryEntry) GetRef() bool {
+	if x != nil {
+		return x.Ref
+	}
+	return false
 }
 
 type InventoryResponse struct {
@@ -3798,11 +3816,15 @@ func (x *FetchBlockRequest) GetGen() uint64 {
 	return 0
 }
 
+// FetchBlockResponse is the stored entry: a put's data (one block), a
+// tombstone (no data), or a ref (ref: its 13-byte payload, data empty);
+// the fetcher stores it as it is: a ref is copied as a ref, never resolved.
 type FetchBlockResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	Tombstone     bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	Ref           []byte                 `protobuf:"bytes,4,opt,name=ref,proto3" json:"ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3858,11 +3880,21 @@ func (x *FetchBlockResponse) GetTombstone() bool {
 	return false
 }
 
+func (x *FetchBlockResponse) GetRef() []byte {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
 type BlockVersionsResponse_Version struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SnapGen       uint64                 `protobuf:"varint,1,opt,name=snap_gen,json=snapGen,proto3" json:"snap_gen,omitempty"`             // the volume generation it was written in (gen >> 32)
-	FileVersion   uint32                 `protobuf:"varint,2,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"` // gen & 0xFFFFFFFF; 0xFFFFFFFF: written without one
-	Tombstone     bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	SnapGen     uint64                 `protobuf:"varint,1,opt,name=snap_gen,json=snapGen,proto3" json:"snap_gen,omitempty"`             // the volume generation it was written in (gen >> 32)
+	FileVersion uint32                 `protobuf:"varint,2,opt,name=file_version,json=fileVersion,proto3" json:"file_version,omitempty"` // gen & 0xFFFFFFFF; 0xFFFFFFFF: written without one
+	Tombstone   bool                   `protobuf:"varint,3,opt,name=tombstone,proto3" json:"tombstone,omitempty"`
+	// ref: the entry is a ref (its data lies in an erasure-coded stripe);
+	// it reads as the block's data, like a put. Never with tombstone.
+	Ref           bool `protobuf:"varint,4,opt,name=ref,proto3" json:"ref,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3914,6 +3946,13 @@ func (x *BlockVersionsResponse_Version) GetFileVersion() uint32 {
 func (x *BlockVersionsResponse_Version) GetTombstone() bool {
 	if x != nil {
 		return x.Tombstone
+	}
+	return false
+}
+
+func (x *BlockVersionsResponse_Version) GetRef() bool {
+	if x != nil {
+		return x.Ref
 	}
 	return false
 }
@@ -4115,13 +4154,14 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x04R\x06offset\"\xc6\x01\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\"\xd8\x01\n" +
 	"\x15BlockVersionsResponse\x12F\n" +
-	"\bversions\x18\x01 \x03(\v2*.plumeria.v1.BlockVersionsResponse.VersionR\bversions\x1ae\n" +
+	"\bversions\x18\x01 \x03(\v2*.plumeria.v1.BlockVersionsResponse.VersionR\bversions\x1aw\n" +
 	"\aVersion\x12\x19\n" +
 	"\bsnap_gen\x18\x01 \x01(\x04R\asnapGen\x12!\n" +
 	"\ffile_version\x18\x02 \x01(\rR\vfileVersion\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone\"\xdc\x01\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
+	"\x03ref\x18\x04 \x01(\bR\x03ref\"\xdc\x01\n" +
 	"\x14PruneVersionsRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -4134,18 +4174,19 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x15PruneVersionsResponse\x12\x16\n" +
 	"\x06blocks\x18\x01 \x01(\x03R\x06blocks\x12\x1a\n" +
 	"\bversions\x18\x02 \x01(\x03R\bversions\x12\x14\n" +
-	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"\xb2\x01\n" +
+	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"\xbb\x01\n" +
 	"\aBlockOp\x12-\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x19.plumeria.v1.BlockOp.KindR\x04kind\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x04R\x05block\x12\x10\n" +
 	"\x03gen\x18\x03 \x01(\x04R\x03gen\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x12\n" +
-	"\x04data\x18\x05 \x01(\fR\x04data\"*\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"3\n" +
 	"\x04Kind\x12\a\n" +
 	"\x03PUT\x10\x00\x12\r\n" +
 	"\tTOMBSTONE\x10\x01\x12\n" +
 	"\n" +
-	"\x06REMOVE\x10\x02\"\xdc\x01\n" +
+	"\x06REMOVE\x10\x02\x12\a\n" +
+	"\x03REF\x10\x03\"\xdc\x01\n" +
 	"\x10ReplicateRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -4158,11 +4199,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x10InventoryRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
-	"\x02pg\x18\x03 \x01(\rR\x02pg\"J\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\"\\\n" +
 	"\x0eInventoryEntry\x12\x14\n" +
 	"\x05block\x18\x01 \x01(\x04R\x05block\x12\x10\n" +
 	"\x03gen\x18\x02 \x01(\x04R\x03gen\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"J\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ref\x18\x04 \x01(\bR\x03ref\"J\n" +
 	"\x11InventoryResponse\x125\n" +
 	"\aentries\x18\x01 \x03(\v2\x1b.plumeria.v1.InventoryEntryR\aentries\"\xac\x01\n" +
 	"\x0fBackfillRequest\x12\x1b\n" +
@@ -4177,11 +4219,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x11FetchBlockRequest\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x14\n" +
 	"\x05block\x18\x02 \x01(\x04R\x05block\x12\x10\n" +
-	"\x03gen\x18\x03 \x01(\x04R\x03gen\"X\n" +
+	"\x03gen\x18\x03 \x01(\x04R\x03gen\"j\n" +
 	"\x12FetchBlockResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
-	"\ttombstone\x18\x03 \x01(\bR\ttombstone2\xa9\f\n" +
+	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
+	"\x03ref\x18\x04 \x01(\fR\x03ref2\xa9\f\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
 	"\x11RemoveCoordinator\x12%.plumeria.v1.RemoveCoordinatorRequest\x1a&.plumeria.v1.RemoveCoordinatorResponse\x12V\n" +
