@@ -55,6 +55,9 @@ type Brick struct {
 	// Full is set by MarkFull when the brick's store is nearly full: it
 	// takes no new PG members, and rebalancing moves members off it.
 	Full bool `json:"full,omitempty"`
+	// Features lists what the brick's build can do beyond format 1 of the
+	// protocol, e.g. FeatureEC: only bricks with FeatureEC hold shards.
+	Features []string `json:"features,omitempty"`
 }
 
 // ClassDefault is the class of a brick started without one.
@@ -142,6 +145,11 @@ type Volume struct {
 	// Levels above it are only spread over as a preference.
 	Domain string `json:"domain,omitempty"`
 	PGs    []PG   `json:"pgs"`
+	// Profiles are the other redundancies the volume's data may be moved
+	// to (stripes.go), and SGs the stripe groups that hold their stripes;
+	// an SG's index in SGs names it and is never reused.
+	Profiles []Profile     `json:"profiles,omitempty"`
+	SGs      []StripeGroup `json:"sgs,omitempty"`
 }
 
 // PGOf returns the placement group of the chunk that holds byte offset off.
@@ -183,6 +191,7 @@ func (m *Map) Clone() *Map {
 	c.Bricks = make([]Brick, len(m.Bricks))
 	for i, b := range m.Bricks {
 		b.Domain = cloneMap(b.Domain)
+		b.Features = slices.Clone(b.Features)
 		c.Bricks[i] = b
 	}
 	c.Volumes = make([]Volume, len(m.Volumes))
@@ -192,6 +201,15 @@ func (m *Map) Clone() *Map {
 		if v.Schedule != nil {
 			sc := *v.Schedule
 			v.Schedule = &sc
+		}
+		v.Profiles = slices.Clone(v.Profiles)
+		v.SGs = make([]StripeGroup, len(m.Volumes[i].SGs))
+		for j, g := range m.Volumes[i].SGs {
+			g.Bricks, g.Syncing = slices.Clone(g.Bricks), slices.Clone(g.Syncing)
+			v.SGs[j] = g
+		}
+		if m.Volumes[i].SGs == nil {
+			v.SGs = nil
 		}
 		v.PGs = make([]PG, len(m.Volumes[i].PGs))
 		for j, p := range m.Volumes[i].PGs {
@@ -368,6 +386,9 @@ func (m *Map) validateVolume(v *Volume) error {
 		if g >= v.Gen {
 			return fmt.Errorf("clustermap: volume %s: snapshot gen %d not below volume gen %d", v.Name, g, v.Gen)
 		}
+	}
+	if err := m.validateStripes(v); err != nil {
+		return err
 	}
 	for i, p := range v.PGs {
 		if len(p.Bricks) == 0 {

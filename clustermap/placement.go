@@ -37,6 +37,11 @@ func loadOf(m *Map) load {
 				}
 			}
 		}
+		for _, g := range v.SGs {
+			for _, b := range g.Bricks {
+				l.replicas[b]++ // a shard position weighs as much as a PG replica
+			}
+		}
 	}
 	return l
 }
@@ -94,6 +99,7 @@ type rules struct {
 	class     string   // bricks of this class only; "" any
 	levels    []string // hard rule: members differ at each of these levels (host up to the volume's Domain)
 	allowSame bool     // members may share a host (levels is host only)
+	feature   string   // bricks must have this feature ("" none)
 }
 
 func rulesOf(v *Volume) rules {
@@ -109,6 +115,9 @@ func rulesOf(v *Volume) rules {
 // cannot prove it is in another rack).
 func (r rules) admits(b *Brick) bool {
 	if r.class != "" && b.ClassName() != r.class {
+		return false
+	}
+	if r.feature != "" && !slices.Contains(b.Features, r.feature) {
 		return false
 	}
 	for _, lvl := range r.levels[1:] {

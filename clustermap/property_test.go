@@ -45,7 +45,8 @@ func TestPropertyRandomOps(t *testing.T) {
 		}
 		for _, e := range []string{"all in-sync down", "draining brick left", "primary moved",
 			"degraded", "AddVolume refused", "same-domain volume", "brick returned to pg",
-			"volume with class or domain", "fullness changed", "class changed"} {
+			"volume with class or domain", "fullness changed", "class changed", "profile added", "profile refused",
+			"stripe member replaced", "stripe member synced"} {
 			if total[e] == 0 {
 				t.Errorf("no run reached %q", e)
 			}
@@ -143,6 +144,9 @@ func (w *world) addBrick() {
 	}
 	b.Class = []string{"", "", "ssd"}[w.rng.IntN(3)]
 	b.CapacityBytes = []int64{0, 1 << 40, 2 << 40, 4 << 40}[w.rng.IntN(4)]
+	if w.rng.IntN(4) != 0 {
+		b.Features = []string{clustermap.FeatureEC}
+	}
 	n.PutBrick(b)
 	n.Epoch++
 	w.logf("add brick %s host=%s rack=%s site=%s class=%s capacity=%d", name, host, b.Domain[clustermap.LevelRack], site, b.Class, b.CapacityBytes)
@@ -212,6 +216,7 @@ func (w *world) check(prev, next *clustermap.Map) {
 	}
 	for _, v := range next.Volumes {
 		pv := prev.VolumeByID(v.ID)
+		w.checkSGs(prev, next, &v, pv)
 		for i, p := range v.PGs {
 			w.count(next, &v, pv, i, p)
 			w.checkFull(next, &v, i, p)
@@ -299,6 +304,53 @@ func (w *world) checkNewMembers(m *clustermap.Map, v *clustermap.Volume, pv *clu
 		if !takesNew(m, v, p, others, m.Brick(b)) {
 			w.fatalf("volume %s (class %q, domain %q) pg %d: new member %s (class %q, full %v, domain %v) breaks its rules: %+v",
 				v.Name, v.Class, v.Domain, i, b, m.Brick(b).Class, m.Brick(b).Full, m.Brick(b).Domain, p)
+		}
+	}
+}
+
+// checkSGs: a stripe group changes only by replacing a down member in
+// place, never while fewer than K in-sync members are up unless the one
+// replaced was syncing, and a new member keeps the profile's rules.
+func (w *world) checkSGs(prev, next *clustermap.Map, v, pv *clustermap.Volume) {
+	w.t.Helper()
+	for i, g := range v.SGs {
+		p := v.Profile(g.Profile)
+		if pv == nil || i >= len(pv.SGs) {
+			w.events["stripe group made"]++
+			continue
+		}
+		old := pv.SGs[i]
+		for pos, b := range g.Bricks {
+			ob := old.Bricks[pos]
+			if b == ob {
+				continue
+			}
+			w.events["stripe member replaced"]++
+			if next.Brick(ob) != nil && next.Brick(ob).State == clustermap.BrickUp {
+				w.fatalf("volume %s sg %d: up member %s replaced by %s: %+v → %+v", v.Name, i, ob, b, old, g)
+			}
+			if !slices.Contains(old.Syncing, ob) {
+				up := 0
+				for _, s := range old.InSync() {
+					if next.Brick(s).State == clustermap.BrickUp {
+						up++
+					}
+				}
+				if up < p.K {
+					w.fatalf("volume %s sg %d: in-sync %s replaced with %d < K=%d in-sync members up", v.Name, i, ob, up, p.K)
+				}
+			}
+			nb := next.Brick(b)
+			pol := &clustermap.Volume{Class: p.Class, Domain: p.Level}
+			if !slices.Contains(g.Syncing, b) || !slices.Contains(nb.Features, clustermap.FeatureEC) || nb.Full || nb.Draining ||
+				nb.State != clustermap.BrickUp || !admits(pol, nb) {
+				w.fatalf("volume %s sg %d: new member %s breaks the rules of %s: %+v", v.Name, i, b, p, g)
+			}
+			for _, o := range g.Bricks {
+				if o != b && conflicts(pol, next.Brick(o), nb) {
+					w.fatalf("volume %s sg %d (%s): %s conflicts with %s", v.Name, i, p, b, o)
+				}
+			}
 		}
 	}
 }
@@ -435,6 +487,26 @@ func (w *world) step(step int) {
 				w.install(n)
 			}
 		}
+	case r < 86:
+		if len(w.m.Volumes) > 0 {
+			v := w.m.Volumes[w.rng.IntN(len(w.m.Volumes))]
+			p := clustermap.Profile{K: 1 + w.rng.IntN(3), M: w.rng.IntN(3)}
+			if w.rng.IntN(3) == 0 {
+				p.Level = clustermap.LevelRack
+			}
+			n, id, err := clustermap.EnsureProfile(w.m, v.ID, p)
+			w.logf("%d: ensure profile %s on %s: id %d err %v", step, p, v.Name, id, err)
+			if err != nil {
+				if !errors.Is(err, clustermap.ErrProfile) {
+					w.fatalf("EnsureProfile error %v does not wrap ErrProfile", err)
+				}
+				w.events["profile refused"]++
+			} else if n != nil {
+				w.events["profile added"]++
+				w.check(w.m, n)
+				w.install(n)
+			}
+		}
 	case r < 88:
 		if all := w.names(func(b clustermap.Brick) bool { return true }); len(all) > 0 {
 			b := w.pick(all)
@@ -452,6 +524,9 @@ func (w *world) step(step int) {
 
 func (w *world) markSynced(step int) {
 	w.t.Helper()
+	if w.rng.IntN(3) == 0 && w.markSGSynced(step) {
+		return
+	}
 	type job struct {
 		vol  uint64
 		pg   int
@@ -490,6 +565,38 @@ func (w *world) markSynced(step int) {
 	w.check(w.m, n)
 	w.m = n
 	w.reconcile()
+}
+
+// markSGSynced has the leader of a stripe group with a syncing member that
+// is up report its rebuild; it reports whether there was one.
+func (w *world) markSGSynced(step int) bool {
+	w.t.Helper()
+	for _, v := range w.m.Volumes {
+		for i, g := range v.SGs {
+			lead := g.Leader(w.m)
+			for _, s := range g.Syncing {
+				if lead == "" || !w.live[s] {
+					continue
+				}
+				for _, other := range g.Bricks {
+					if other != lead && clustermap.MarkSGSynced(w.m, v.ID, uint16(i), s, other, g.Since) != nil {
+						w.fatalf("MarkSGSynced accepted a report from non-leader %s", other)
+					}
+				}
+				n := clustermap.MarkSGSynced(w.m, v.ID, uint16(i), s, lead, g.Since)
+				if n == nil {
+					w.fatalf("MarkSGSynced by leader %s of %s ignored", lead, s)
+				}
+				w.logf("%d: sg synced vol %d sg %d %s (leader %s)", step, v.ID, i, s, lead)
+				w.events["stripe member synced"]++
+				w.check(w.m, n)
+				w.m = n
+				w.reconcile()
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (w *world) addVolume(step int) {

@@ -31,6 +31,10 @@ import (
 //     capacity) to one of its class furthest below it when they are two or
 //     more replicas apart: the new brick joins as syncing and the old one
 //     is marked leaving (it then leaves by rule 5).
+//  7. A stripe group's down member is replaced in place by a syncing
+//     brick that keeps the profile's rules, while K in-sync members are up
+//     (reconcileSG); its leader rebuilds it and reports (MarkSGSynced).
+//     Stripe groups are not rebalanced or drained yet.
 //
 // Reconcile never appoints a new primary by itself: the caller must only
 // declare a brick dead after its primary lease has run out.
@@ -54,6 +58,11 @@ func Reconcile(m *Map, alive map[string]bool) *Map {
 			if reconcilePG(n, l, v, pi) {
 				changed = true
 				touched[[2]int{vi, pi}] = true
+			}
+		}
+		for gi := range v.SGs {
+			if reconcileSG(n, l, v, gi) {
+				changed = true
 			}
 		}
 	}

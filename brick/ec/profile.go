@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // Bounds of a profile. reedsolomon allows up to 256 shards; a stripe group
 // is K+M bricks of distinct failure domains, so far fewer make sense.
 const (
-	DataShardsMax   = 32
-	ParityShardsMax = 16
-	ShardsMax       = 48 // K+M
+	DataShardsMax   = limits.DataShardsMax
+	ParityShardsMax = limits.ParityShardsMax
+	ShardsMax       = limits.ShardsMax // K+M
 )
 
 // ErrInvalid is returned for a profile, profile string or chunk size out

@@ -51,6 +51,16 @@ const (
 	NameBytesMax = 128
 	// ClassBytesMax bounds a storage class name (brick --class).
 	ClassBytesMax = 32
+	// Erasure-coding profiles (brick/ec, clustermap.Profile): K data and M
+	// parity shards on a stripe group of K+M bricks.
+	DataShardsMax   = 32
+	ParityShardsMax = 16
+	ShardsMax       = 48 // K+M
+	// ProfilesPerVolumeMax bounds a volume's redundancy profiles besides
+	// its own replication, and StripeGroupsPerProfileMax the stripe groups
+	// of one profile.
+	ProfilesPerVolumeMax      = 16
+	StripeGroupsPerProfileMax = 64
 
 	// SegmentBytesMax is the size at which a brick rolls to a new segment.
 	SegmentBytesMax = 64 << 20
