@@ -126,7 +126,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{68, 0}
 }
 
 type JoinRequest struct {
@@ -305,7 +305,10 @@ type RegisterBrickRequest struct {
 	CapacityBytes int64                  `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	// class: the brick's storage class (--class; "" is "default"). Volumes
 	// with a class are placed on bricks of that class only.
-	Class         string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	Class string `protobuf:"bytes,5,opt,name=class,proto3" json:"class,omitempty"`
+	// features: what this build can do beyond protocol format 1
+	// (clustermap.FeatureEC: holds shards of stripes).
+	Features      []string `protobuf:"bytes,6,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +376,13 @@ func (x *RegisterBrickRequest) GetClass() string {
 		return x.Class
 	}
 	return ""
+}
+
+func (x *RegisterBrickRequest) GetFeatures() []string {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 type RegisterBrickResponse struct {
@@ -1735,6 +1745,293 @@ func (*PGSyncedResponse) Descriptor() ([]byte, []int) {
 	return file_proto_plumeria_proto_rawDescGZIP(), []int{28}
 }
 
+// A profile: k data and m parity shards (k=1: m+1 copies) on bricks that
+// differ at failure-domain level ("" host, "rack", "site"), of storage class
+// class ("" any).
+type Profile struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	K             uint32                 `protobuf:"varint,1,opt,name=k,proto3" json:"k,omitempty"`
+	M             uint32                 `protobuf:"varint,2,opt,name=m,proto3" json:"m,omitempty"`
+	Level         string                 `protobuf:"bytes,3,opt,name=level,proto3" json:"level,omitempty"`
+	Class         string                 `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Profile) Reset() {
+	*x = Profile{}
+	mi := &file_proto_plumeria_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Profile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Profile) ProtoMessage() {}
+
+func (x *Profile) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Profile.ProtoReflect.Descriptor instead.
+func (*Profile) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Profile) GetK() uint32 {
+	if x != nil {
+		return x.K
+	}
+	return 0
+}
+
+func (x *Profile) GetM() uint32 {
+	if x != nil {
+		return x.M
+	}
+	return 0
+}
+
+func (x *Profile) GetLevel() string {
+	if x != nil {
+		return x.Level
+	}
+	return ""
+}
+
+func (x *Profile) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+type EnsureProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Volume        string                 `protobuf:"bytes,1,opt,name=volume,proto3" json:"volume,omitempty"`
+	Profile       *Profile               `protobuf:"bytes,2,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureProfileRequest) Reset() {
+	*x = EnsureProfileRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureProfileRequest) ProtoMessage() {}
+
+func (x *EnsureProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureProfileRequest.ProtoReflect.Descriptor instead.
+func (*EnsureProfileRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *EnsureProfileRequest) GetVolume() string {
+	if x != nil {
+		return x.Volume
+	}
+	return ""
+}
+
+func (x *EnsureProfileRequest) GetProfile() *Profile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+type EnsureProfileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	MapJson       []byte                 `protobuf:"bytes,2,opt,name=map_json,json=mapJson,proto3" json:"map_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnsureProfileResponse) Reset() {
+	*x = EnsureProfileResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnsureProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnsureProfileResponse) ProtoMessage() {}
+
+func (x *EnsureProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnsureProfileResponse.ProtoReflect.Descriptor instead.
+func (*EnsureProfileResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *EnsureProfileResponse) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *EnsureProfileResponse) GetMapJson() []byte {
+	if x != nil {
+		return x.MapJson
+	}
+	return nil
+}
+
+type SGSyncedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Vol           uint64                 `protobuf:"varint,1,opt,name=vol,proto3" json:"vol,omitempty"`
+	Sg            uint32                 `protobuf:"varint,2,opt,name=sg,proto3" json:"sg,omitempty"`
+	Brick         string                 `protobuf:"bytes,3,opt,name=brick,proto3" json:"brick,omitempty"`
+	Since         uint64                 `protobuf:"varint,4,opt,name=since,proto3" json:"since,omitempty"`
+	Leader        string                 `protobuf:"bytes,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SGSyncedRequest) Reset() {
+	*x = SGSyncedRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SGSyncedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SGSyncedRequest) ProtoMessage() {}
+
+func (x *SGSyncedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SGSyncedRequest.ProtoReflect.Descriptor instead.
+func (*SGSyncedRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SGSyncedRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *SGSyncedRequest) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+func (x *SGSyncedRequest) GetBrick() string {
+	if x != nil {
+		return x.Brick
+	}
+	return ""
+}
+
+func (x *SGSyncedRequest) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *SGSyncedRequest) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+type SGSyncedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SGSyncedResponse) Reset() {
+	*x = SGSyncedResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SGSyncedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SGSyncedResponse) ProtoMessage() {}
+
+func (x *SGSyncedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SGSyncedResponse.ProtoReflect.Descriptor instead.
+func (*SGSyncedResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+}
+
 type ReplicaFailedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Vol           uint64                 `protobuf:"varint,1,opt,name=vol,proto3" json:"vol,omitempty"`
@@ -1747,7 +2044,7 @@ type ReplicaFailedRequest struct {
 
 func (x *ReplicaFailedRequest) Reset() {
 	*x = ReplicaFailedRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +2056,7 @@ func (x *ReplicaFailedRequest) String() string {
 func (*ReplicaFailedRequest) ProtoMessage() {}
 
 func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[29]
+	mi := &file_proto_plumeria_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +2069,7 @@ func (x *ReplicaFailedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedRequest.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{29}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReplicaFailedRequest) GetVol() uint64 {
@@ -1811,7 +2108,7 @@ type ReplicaFailedResponse struct {
 
 func (x *ReplicaFailedResponse) Reset() {
 	*x = ReplicaFailedResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1823,7 +2120,7 @@ func (x *ReplicaFailedResponse) String() string {
 func (*ReplicaFailedResponse) ProtoMessage() {}
 
 func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[30]
+	mi := &file_proto_plumeria_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1836,7 +2133,7 @@ func (x *ReplicaFailedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicaFailedResponse.ProtoReflect.Descriptor instead.
 func (*ReplicaFailedResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{30}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
 }
 
 type RegisterLockServerRequest struct {
@@ -1849,7 +2146,7 @@ type RegisterLockServerRequest struct {
 
 func (x *RegisterLockServerRequest) Reset() {
 	*x = RegisterLockServerRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1861,7 +2158,7 @@ func (x *RegisterLockServerRequest) String() string {
 func (*RegisterLockServerRequest) ProtoMessage() {}
 
 func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[31]
+	mi := &file_proto_plumeria_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1874,7 +2171,7 @@ func (x *RegisterLockServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerRequest.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{31}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RegisterLockServerRequest) GetName() string {
@@ -1900,7 +2197,7 @@ type RegisterLockServerResponse struct {
 
 func (x *RegisterLockServerResponse) Reset() {
 	*x = RegisterLockServerResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2209,7 @@ func (x *RegisterLockServerResponse) String() string {
 func (*RegisterLockServerResponse) ProtoMessage() {}
 
 func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[32]
+	mi := &file_proto_plumeria_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2222,7 @@ func (x *RegisterLockServerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterLockServerResponse.ProtoReflect.Descriptor instead.
 func (*RegisterLockServerResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{32}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RegisterLockServerResponse) GetMapJson() []byte {
@@ -1945,7 +2242,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1957,7 +2254,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[33]
+	mi := &file_proto_plumeria_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1970,7 +2267,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{33}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *OpenSessionRequest) GetClerk() string {
@@ -1996,7 +2293,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2305,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[34]
+	mi := &file_proto_plumeria_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2318,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{34}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *OpenSessionResponse) GetSession() uint64 {
@@ -2042,7 +2339,7 @@ type RecordRecoveredRequest struct {
 
 func (x *RecordRecoveredRequest) Reset() {
 	*x = RecordRecoveredRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2351,7 @@ func (x *RecordRecoveredRequest) String() string {
 func (*RecordRecoveredRequest) ProtoMessage() {}
 
 func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[35]
+	mi := &file_proto_plumeria_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2364,7 @@ func (x *RecordRecoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredRequest.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{35}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecordRecoveredRequest) GetClerk() string {
@@ -2099,7 +2396,7 @@ type RecordRecoveredResponse struct {
 
 func (x *RecordRecoveredResponse) Reset() {
 	*x = RecordRecoveredResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2408,7 @@ func (x *RecordRecoveredResponse) String() string {
 func (*RecordRecoveredResponse) ProtoMessage() {}
 
 func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[36]
+	mi := &file_proto_plumeria_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2421,7 @@ func (x *RecordRecoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecordRecoveredResponse.ProtoReflect.Descriptor instead.
 func (*RecordRecoveredResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{36}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
 }
 
 type CloseSessionRequest struct {
@@ -2138,7 +2435,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2150,7 +2447,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[37]
+	mi := &file_proto_plumeria_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2163,7 +2460,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{37}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CloseSessionRequest) GetClerk() string {
@@ -2195,7 +2492,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2504,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[38]
+	mi := &file_proto_plumeria_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2517,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{38}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
 }
 
 type StatusRequest struct {
@@ -2231,7 +2528,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2540,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[39]
+	mi := &file_proto_plumeria_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2553,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{39}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
 }
 
 type StatusResponse struct {
@@ -2273,7 +2570,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2582,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[40]
+	mi := &file_proto_plumeria_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2595,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{40}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *StatusResponse) GetStatusJson() []byte {
@@ -2315,6 +2612,584 @@ func (x *StatusResponse) GetTimeUnixNs() int64 {
 	return 0
 }
 
+// A stripe's shard on one member: shard index = the brick's position in
+// stripe group sg; the stripe is (chunk, stripe_seq). first is the shard
+// block the data starts at (a shard holds up to ShardLen blocks).
+type ShardPutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Sg            uint32                 `protobuf:"varint,3,opt,name=sg,proto3" json:"sg,omitempty"`
+	Shard         uint32                 `protobuf:"varint,4,opt,name=shard,proto3" json:"shard,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	StripeSeq     uint64                 `protobuf:"varint,6,opt,name=stripe_seq,json=stripeSeq,proto3" json:"stripe_seq,omitempty"`
+	First         uint32                 `protobuf:"varint,7,opt,name=first,proto3" json:"first,omitempty"`
+	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"` // whole blocks
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPutRequest) Reset() {
+	*x = ShardPutRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPutRequest) ProtoMessage() {}
+
+func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPutRequest.ProtoReflect.Descriptor instead.
+func (*ShardPutRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ShardPutRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetStripeSeq() uint64 {
+	if x != nil {
+		return x.StripeSeq
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *ShardPutRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ShardPutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardPutResponse) Reset() {
+	*x = ShardPutResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardPutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardPutResponse) ProtoMessage() {}
+
+func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardPutResponse.ProtoReflect.Descriptor instead.
+func (*ShardPutResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+}
+
+type ShardReadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Sg            uint32                 `protobuf:"varint,3,opt,name=sg,proto3" json:"sg,omitempty"`
+	Shard         uint32                 `protobuf:"varint,4,opt,name=shard,proto3" json:"shard,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,5,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	StripeSeq     uint64                 `protobuf:"varint,6,opt,name=stripe_seq,json=stripeSeq,proto3" json:"stripe_seq,omitempty"`
+	First         uint32                 `protobuf:"varint,7,opt,name=first,proto3" json:"first,omitempty"`
+	Blocks        uint32                 `protobuf:"varint,8,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardReadRequest) Reset() {
+	*x = ShardReadRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardReadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardReadRequest) ProtoMessage() {}
+
+func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardReadRequest.ProtoReflect.Descriptor instead.
+func (*ShardReadRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *ShardReadRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetShard() uint32 {
+	if x != nil {
+		return x.Shard
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetStripeSeq() uint64 {
+	if x != nil {
+		return x.StripeSeq
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *ShardReadRequest) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+// data holds the blocks read, in order; a block the member lacks or found
+// corrupt reads as zeros and is listed in missing or corrupt (offsets from
+// first), so the reader reconstructs exactly those.
+type ShardReadResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Missing       []uint32               `protobuf:"varint,2,rep,packed,name=missing,proto3" json:"missing,omitempty"`
+	Corrupt       []uint32               `protobuf:"varint,3,rep,packed,name=corrupt,proto3" json:"corrupt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardReadResponse) Reset() {
+	*x = ShardReadResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardReadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardReadResponse) ProtoMessage() {}
+
+func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardReadResponse.ProtoReflect.Descriptor instead.
+func (*ShardReadResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ShardReadResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ShardReadResponse) GetMissing() []uint32 {
+	if x != nil {
+		return x.Missing
+	}
+	return nil
+}
+
+func (x *ShardReadResponse) GetCorrupt() []uint32 {
+	if x != nil {
+		return x.Corrupt
+	}
+	return nil
+}
+
+type ShardDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Sg            uint32                 `protobuf:"varint,3,opt,name=sg,proto3" json:"sg,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	StripeSeq     uint64                 `protobuf:"varint,5,opt,name=stripe_seq,json=stripeSeq,proto3" json:"stripe_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardDeleteRequest) Reset() {
+	*x = ShardDeleteRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardDeleteRequest) ProtoMessage() {}
+
+func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardDeleteRequest.ProtoReflect.Descriptor instead.
+func (*ShardDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ShardDeleteRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *ShardDeleteRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *ShardDeleteRequest) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+func (x *ShardDeleteRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *ShardDeleteRequest) GetStripeSeq() uint64 {
+	if x != nil {
+		return x.StripeSeq
+	}
+	return 0
+}
+
+type ShardDeleteResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardDeleteResponse) Reset() {
+	*x = ShardDeleteResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardDeleteResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardDeleteResponse) ProtoMessage() {}
+
+func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardDeleteResponse.ProtoReflect.Descriptor instead.
+func (*ShardDeleteResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+}
+
+type ShardInventoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Sg            uint32                 `protobuf:"varint,3,opt,name=sg,proto3" json:"sg,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardInventoryRequest) Reset() {
+	*x = ShardInventoryRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardInventoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardInventoryRequest) ProtoMessage() {}
+
+func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardInventoryRequest.ProtoReflect.Descriptor instead.
+func (*ShardInventoryRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ShardInventoryRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *ShardInventoryRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *ShardInventoryRequest) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+type ShardInventoryResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stripes       []*StripeBlocks        `protobuf:"bytes,1,rep,name=stripes,proto3" json:"stripes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardInventoryResponse) Reset() {
+	*x = ShardInventoryResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardInventoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardInventoryResponse) ProtoMessage() {}
+
+func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardInventoryResponse.ProtoReflect.Descriptor instead.
+func (*ShardInventoryResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *ShardInventoryResponse) GetStripes() []*StripeBlocks {
+	if x != nil {
+		return x.Stripes
+	}
+	return nil
+}
+
+type StripeBlocks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         uint64                 `protobuf:"varint,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	StripeSeq     uint64                 `protobuf:"varint,2,opt,name=stripe_seq,json=stripeSeq,proto3" json:"stripe_seq,omitempty"`
+	Blocks        uint32                 `protobuf:"varint,3,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StripeBlocks) Reset() {
+	*x = StripeBlocks{}
+	mi := &file_proto_plumeria_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StripeBlocks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StripeBlocks) ProtoMessage() {}
+
+func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StripeBlocks.ProtoReflect.Descriptor instead.
+func (*StripeBlocks) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *StripeBlocks) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *StripeBlocks) GetStripeSeq() uint64 {
+	if x != nil {
+		return x.StripeSeq
+	}
+	return 0
+}
+
+func (x *StripeBlocks) GetBlocks() uint32 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
 // Writer identity and fencing epoch, carried by every write.
 type Writer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2326,7 +3201,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +3213,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[41]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +3226,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{41}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *Writer) GetId() string {
@@ -2402,7 +3277,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2414,7 +3289,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[42]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2427,7 +3302,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{42}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -2510,7 +3385,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +3397,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[43]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +3410,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{43}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -2591,7 +3466,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +3478,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[44]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +3491,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{44}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -2649,7 +3524,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +3536,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[45]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,7 +3549,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{45}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -2702,7 +3577,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2714,7 +3589,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2727,7 +3602,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -2788,7 +3663,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3675,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3688,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -2841,7 +3716,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2853,7 +3728,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2866,7 +3741,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -2926,7 +3801,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3813,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3826,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
 }
 
 // BlockVersionsRequest names one block by a byte offset in it.
@@ -2967,7 +3842,7 @@ type BlockVersionsRequest struct {
 
 func (x *BlockVersionsRequest) Reset() {
 	*x = BlockVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3854,7 @@ func (x *BlockVersionsRequest) String() string {
 func (*BlockVersionsRequest) ProtoMessage() {}
 
 func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3867,7 @@ func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
 func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
@@ -3035,7 +3910,7 @@ type BlockVersionsResponse struct {
 
 func (x *BlockVersionsResponse) Reset() {
 	*x = BlockVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3922,7 @@ func (x *BlockVersionsResponse) String() string {
 func (*BlockVersionsResponse) ProtoMessage() {}
 
 func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3935,7 @@ func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
@@ -3094,7 +3969,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3106,7 +3981,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3119,7 +3994,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
@@ -3191,7 +4066,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3203,7 +4078,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3216,7 +4091,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PruneVersionsResponse) GetBlocks() int64 {
@@ -3258,7 +4133,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3270,7 +4145,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3283,7 +4158,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -3336,7 +4211,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3348,7 +4223,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3361,7 +4236,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -3421,7 +4296,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3433,7 +4308,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3446,7 +4321,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
 }
 
 type InventoryRequest struct {
@@ -3460,7 +4335,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3472,7 +4347,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3485,7 +4360,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -3524,7 +4399,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3536,7 +4411,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3549,7 +4424,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -3589,7 +4464,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +4476,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +4489,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -3642,7 +4517,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +4529,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +4542,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -3721,7 +4596,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3733,7 +4608,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3746,7 +4621,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -3767,7 +4642,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3779,7 +4654,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3792,7 +4667,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -3831,7 +4706,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +4718,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +4731,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -3901,7 +4776,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3913,7 +4788,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3926,7 +4801,7 @@ func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{65, 0}
 }
 
 func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
@@ -3968,13 +4843,14 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\fJoinResponse\".\n" +
 	"\x18RemoveCoordinatorRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x1b\n" +
-	"\x19RemoveCoordinatorResponse\"\xfd\x01\n" +
+	"\x19RemoveCoordinatorResponse\"\x99\x02\n" +
 	"\x14RegisterBrickRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04addr\x18\x02 \x01(\tR\x04addr\x12E\n" +
 	"\x06domain\x18\x03 \x03(\v2-.plumeria.v1.RegisterBrickRequest.DomainEntryR\x06domain\x12%\n" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x03R\rcapacityBytes\x12\x14\n" +
-	"\x05class\x18\x05 \x01(\tR\x05class\x1a9\n" +
+	"\x05class\x18\x05 \x01(\tR\x05class\x12\x1a\n" +
+	"\bfeatures\x18\x06 \x03(\tR\bfeatures\x1a9\n" +
 	"\vDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
@@ -4071,7 +4947,25 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x14\n" +
 	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x18\n" +
 	"\aprimary\x18\x05 \x01(\tR\aprimary\"\x12\n" +
-	"\x10PGSyncedResponse\"h\n" +
+	"\x10PGSyncedResponse\"Q\n" +
+	"\aProfile\x12\f\n" +
+	"\x01k\x18\x01 \x01(\rR\x01k\x12\f\n" +
+	"\x01m\x18\x02 \x01(\rR\x01m\x12\x14\n" +
+	"\x05level\x18\x03 \x01(\tR\x05level\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\"^\n" +
+	"\x14EnsureProfileRequest\x12\x16\n" +
+	"\x06volume\x18\x01 \x01(\tR\x06volume\x12.\n" +
+	"\aprofile\x18\x02 \x01(\v2\x14.plumeria.v1.ProfileR\aprofile\"B\n" +
+	"\x15EnsureProfileResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\rR\x02id\x12\x19\n" +
+	"\bmap_json\x18\x02 \x01(\fR\amapJson\"w\n" +
+	"\x0fSGSyncedRequest\x12\x10\n" +
+	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02sg\x18\x02 \x01(\rR\x02sg\x12\x14\n" +
+	"\x05brick\x18\x03 \x01(\tR\x05brick\x12\x14\n" +
+	"\x05since\x18\x04 \x01(\x04R\x05since\x12\x16\n" +
+	"\x06leader\x18\x05 \x01(\tR\x06leader\"\x12\n" +
+	"\x10SGSyncedResponse\"h\n" +
 	"\x14ReplicaFailedRequest\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x0e\n" +
 	"\x02pg\x18\x02 \x01(\rR\x02pg\x12\x14\n" +
@@ -4103,7 +4997,51 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12 \n" +
 	"\ftime_unix_ns\x18\x02 \x01(\x03R\n" +
-	"timeUnixNs\".\n" +
+	"timeUnixNs\"\xc5\x01\n" +
+	"\x0fShardPutRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02sg\x18\x03 \x01(\rR\x02sg\x12\x14\n" +
+	"\x05shard\x18\x04 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\x04R\x05chunk\x12\x1d\n" +
+	"\n" +
+	"stripe_seq\x18\x06 \x01(\x04R\tstripeSeq\x12\x14\n" +
+	"\x05first\x18\a \x01(\rR\x05first\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04data\"\x12\n" +
+	"\x10ShardPutResponse\"\xca\x01\n" +
+	"\x10ShardReadRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02sg\x18\x03 \x01(\rR\x02sg\x12\x14\n" +
+	"\x05shard\x18\x04 \x01(\rR\x05shard\x12\x14\n" +
+	"\x05chunk\x18\x05 \x01(\x04R\x05chunk\x12\x1d\n" +
+	"\n" +
+	"stripe_seq\x18\x06 \x01(\x04R\tstripeSeq\x12\x14\n" +
+	"\x05first\x18\a \x01(\rR\x05first\x12\x16\n" +
+	"\x06blocks\x18\b \x01(\rR\x06blocks\"[\n" +
+	"\x11ShardReadResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x18\n" +
+	"\amissing\x18\x02 \x03(\rR\amissing\x12\x18\n" +
+	"\acorrupt\x18\x03 \x03(\rR\acorrupt\"\x88\x01\n" +
+	"\x12ShardDeleteRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02sg\x18\x03 \x01(\rR\x02sg\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x1d\n" +
+	"\n" +
+	"stripe_seq\x18\x05 \x01(\x04R\tstripeSeq\"\x15\n" +
+	"\x13ShardDeleteResponse\"V\n" +
+	"\x15ShardInventoryRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02sg\x18\x03 \x01(\rR\x02sg\"M\n" +
+	"\x16ShardInventoryResponse\x123\n" +
+	"\astripes\x18\x01 \x03(\v2\x19.plumeria.v1.StripeBlocksR\astripes\"[\n" +
+	"\fStripeBlocks\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\x04R\x05chunk\x12\x1d\n" +
+	"\n" +
+	"stripe_seq\x18\x02 \x01(\x04R\tstripeSeq\x12\x16\n" +
+	"\x06blocks\x18\x03 \x01(\rR\x06blocks\".\n" +
 	"\x06Writer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\"\x84\x02\n" +
@@ -4224,7 +5162,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
-	"\x03ref\x18\x04 \x01(\fR\x03ref2\xa9\f\n" +
+	"\x03ref\x18\x04 \x01(\fR\x03ref2\xca\r\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
 	"\x11RemoveCoordinator\x12%.plumeria.v1.RemoveCoordinatorRequest\x1a&.plumeria.v1.RemoveCoordinatorResponse\x12V\n" +
@@ -4240,12 +5178,14 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"DrainBrick\x12\x1e.plumeria.v1.DrainBrickRequest\x1a\x1f.plumeria.v1.DrainBrickResponse\x12P\n" +
 	"\vRemoveBrick\x12\x1f.plumeria.v1.RemoveBrickRequest\x1a .plumeria.v1.RemoveBrickResponse\x12G\n" +
 	"\bPGSynced\x12\x1c.plumeria.v1.PGSyncedRequest\x1a\x1d.plumeria.v1.PGSyncedResponse\x12V\n" +
+	"\rEnsureProfile\x12!.plumeria.v1.EnsureProfileRequest\x1a\".plumeria.v1.EnsureProfileResponse\x12G\n" +
+	"\bSGSynced\x12\x1c.plumeria.v1.SGSyncedRequest\x1a\x1d.plumeria.v1.SGSyncedResponse\x12V\n" +
 	"\rReplicaFailed\x12!.plumeria.v1.ReplicaFailedRequest\x1a\".plumeria.v1.ReplicaFailedResponse\x12A\n" +
 	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12e\n" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xf1\x05\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xb5\b\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -4257,7 +5197,11 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\n" +
 	"FetchBlock\x12\x1e.plumeria.v1.FetchBlockRequest\x1a\x1f.plumeria.v1.FetchBlockResponse\x12V\n" +
 	"\rBlockVersions\x12!.plumeria.v1.BlockVersionsRequest\x1a\".plumeria.v1.BlockVersionsResponse\x12V\n" +
-	"\rPruneVersions\x12!.plumeria.v1.PruneVersionsRequest\x1a\".plumeria.v1.PruneVersionsResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"\rPruneVersions\x12!.plumeria.v1.PruneVersionsRequest\x1a\".plumeria.v1.PruneVersionsResponse\x12G\n" +
+	"\bShardPut\x12\x1c.plumeria.v1.ShardPutRequest\x1a\x1d.plumeria.v1.ShardPutResponse\x12J\n" +
+	"\tShardRead\x12\x1d.plumeria.v1.ShardReadRequest\x1a\x1e.plumeria.v1.ShardReadResponse\x12P\n" +
+	"\vShardDelete\x12\x1f.plumeria.v1.ShardDeleteRequest\x1a .plumeria.v1.ShardDeleteResponse\x12[\n" +
+	"\x0eShardInventory\x12\".plumeria.v1.ShardInventoryRequest\x1a#.plumeria.v1.ShardInventoryResponse0\x01B-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -4272,7 +5216,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -4305,124 +5249,152 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*RemoveBrickResponse)(nil),           // 28: plumeria.v1.RemoveBrickResponse
 	(*PGSyncedRequest)(nil),               // 29: plumeria.v1.PGSyncedRequest
 	(*PGSyncedResponse)(nil),              // 30: plumeria.v1.PGSyncedResponse
-	(*ReplicaFailedRequest)(nil),          // 31: plumeria.v1.ReplicaFailedRequest
-	(*ReplicaFailedResponse)(nil),         // 32: plumeria.v1.ReplicaFailedResponse
-	(*RegisterLockServerRequest)(nil),     // 33: plumeria.v1.RegisterLockServerRequest
-	(*RegisterLockServerResponse)(nil),    // 34: plumeria.v1.RegisterLockServerResponse
-	(*OpenSessionRequest)(nil),            // 35: plumeria.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),           // 36: plumeria.v1.OpenSessionResponse
-	(*RecordRecoveredRequest)(nil),        // 37: plumeria.v1.RecordRecoveredRequest
-	(*RecordRecoveredResponse)(nil),       // 38: plumeria.v1.RecordRecoveredResponse
-	(*CloseSessionRequest)(nil),           // 39: plumeria.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),          // 40: plumeria.v1.CloseSessionResponse
-	(*StatusRequest)(nil),                 // 41: plumeria.v1.StatusRequest
-	(*StatusResponse)(nil),                // 42: plumeria.v1.StatusResponse
-	(*Writer)(nil),                        // 43: plumeria.v1.Writer
-	(*WriteRequest)(nil),                  // 44: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),                 // 45: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                        // 46: plumeria.v1.Extent
-	(*WriteResponse)(nil),                 // 47: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                   // 48: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                  // 49: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),               // 50: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),              // 51: plumeria.v1.DecommitResponse
-	(*BlockVersionsRequest)(nil),          // 52: plumeria.v1.BlockVersionsRequest
-	(*BlockVersionsResponse)(nil),         // 53: plumeria.v1.BlockVersionsResponse
-	(*PruneVersionsRequest)(nil),          // 54: plumeria.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),         // 55: plumeria.v1.PruneVersionsResponse
-	(*BlockOp)(nil),                       // 56: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 57: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 58: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 59: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 60: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 61: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 62: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 63: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 64: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 65: plumeria.v1.FetchBlockResponse
-	nil,                                   // 66: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 67: plumeria.v1.BlockVersionsResponse.Version
+	(*Profile)(nil),                       // 31: plumeria.v1.Profile
+	(*EnsureProfileRequest)(nil),          // 32: plumeria.v1.EnsureProfileRequest
+	(*EnsureProfileResponse)(nil),         // 33: plumeria.v1.EnsureProfileResponse
+	(*SGSyncedRequest)(nil),               // 34: plumeria.v1.SGSyncedRequest
+	(*SGSyncedResponse)(nil),              // 35: plumeria.v1.SGSyncedResponse
+	(*ReplicaFailedRequest)(nil),          // 36: plumeria.v1.ReplicaFailedRequest
+	(*ReplicaFailedResponse)(nil),         // 37: plumeria.v1.ReplicaFailedResponse
+	(*RegisterLockServerRequest)(nil),     // 38: plumeria.v1.RegisterLockServerRequest
+	(*RegisterLockServerResponse)(nil),    // 39: plumeria.v1.RegisterLockServerResponse
+	(*OpenSessionRequest)(nil),            // 40: plumeria.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),           // 41: plumeria.v1.OpenSessionResponse
+	(*RecordRecoveredRequest)(nil),        // 42: plumeria.v1.RecordRecoveredRequest
+	(*RecordRecoveredResponse)(nil),       // 43: plumeria.v1.RecordRecoveredResponse
+	(*CloseSessionRequest)(nil),           // 44: plumeria.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),          // 45: plumeria.v1.CloseSessionResponse
+	(*StatusRequest)(nil),                 // 46: plumeria.v1.StatusRequest
+	(*StatusResponse)(nil),                // 47: plumeria.v1.StatusResponse
+	(*ShardPutRequest)(nil),               // 48: plumeria.v1.ShardPutRequest
+	(*ShardPutResponse)(nil),              // 49: plumeria.v1.ShardPutResponse
+	(*ShardReadRequest)(nil),              // 50: plumeria.v1.ShardReadRequest
+	(*ShardReadResponse)(nil),             // 51: plumeria.v1.ShardReadResponse
+	(*ShardDeleteRequest)(nil),            // 52: plumeria.v1.ShardDeleteRequest
+	(*ShardDeleteResponse)(nil),           // 53: plumeria.v1.ShardDeleteResponse
+	(*ShardInventoryRequest)(nil),         // 54: plumeria.v1.ShardInventoryRequest
+	(*ShardInventoryResponse)(nil),        // 55: plumeria.v1.ShardInventoryResponse
+	(*StripeBlocks)(nil),                  // 56: plumeria.v1.StripeBlocks
+	(*Writer)(nil),                        // 57: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 58: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 59: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 60: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 61: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 62: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 63: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 64: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 65: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 66: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 67: plumeria.v1.BlockVersionsResponse
+	(*PruneVersionsRequest)(nil),          // 68: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 69: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 70: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 71: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 72: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 73: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 74: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 75: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 76: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 77: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 78: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 79: plumeria.v1.FetchBlockResponse
+	nil,                                   // 80: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 81: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	66, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	80, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
 	10, // 4: plumeria.v1.HeartbeatRequest.volume_bytes:type_name -> plumeria.v1.VolumeBytes
-	43, // 5: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	46, // 6: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	43, // 7: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	43, // 8: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	67, // 9: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	43, // 10: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 11: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	43, // 12: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	56, // 13: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	60, // 14: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	56, // 15: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 16: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 17: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 18: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 19: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	13, // 20: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	15, // 21: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	17, // 22: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	19, // 23: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	21, // 24: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	23, // 25: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	25, // 26: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	27, // 27: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	29, // 28: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	31, // 29: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	41, // 30: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	33, // 31: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	35, // 32: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	37, // 33: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	39, // 34: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	44, // 35: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	45, // 36: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	48, // 37: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	50, // 38: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	57, // 39: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	59, // 40: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	62, // 41: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	64, // 42: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	52, // 43: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	54, // 44: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	3,  // 45: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 46: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 47: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	12, // 48: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	14, // 49: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	16, // 50: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	18, // 51: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	20, // 52: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	22, // 53: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	24, // 54: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	26, // 55: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	28, // 56: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	30, // 57: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	32, // 58: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	42, // 59: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	34, // 60: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	36, // 61: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	38, // 62: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	40, // 63: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	47, // 64: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	47, // 65: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	49, // 66: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	51, // 67: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	58, // 68: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	61, // 69: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	63, // 70: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	65, // 71: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	53, // 72: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	55, // 73: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	45, // [45:74] is the sub-list for method output_type
-	16, // [16:45] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	31, // 5: plumeria.v1.EnsureProfileRequest.profile:type_name -> plumeria.v1.Profile
+	56, // 6: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
+	57, // 7: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	60, // 8: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	57, // 9: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	57, // 10: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	81, // 11: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	57, // 12: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 13: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	57, // 14: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	70, // 15: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	74, // 16: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	70, // 17: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 18: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 19: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 20: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 21: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	13, // 22: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	15, // 23: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	17, // 24: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	19, // 25: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	21, // 26: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	23, // 27: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	25, // 28: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	27, // 29: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	29, // 30: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	32, // 31: plumeria.v1.Coordinator.EnsureProfile:input_type -> plumeria.v1.EnsureProfileRequest
+	34, // 32: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
+	36, // 33: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	46, // 34: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	38, // 35: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	40, // 36: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	42, // 37: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	44, // 38: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	58, // 39: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	59, // 40: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	62, // 41: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	64, // 42: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	71, // 43: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	73, // 44: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	76, // 45: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	78, // 46: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	66, // 47: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	68, // 48: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	48, // 49: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
+	50, // 50: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
+	52, // 51: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
+	54, // 52: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
+	3,  // 53: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 54: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 55: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 56: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 57: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 58: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 59: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 60: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 61: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 62: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 63: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 64: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 65: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	33, // 66: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
+	35, // 67: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
+	37, // 68: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	47, // 69: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	39, // 70: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	41, // 71: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	43, // 72: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	45, // 73: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	61, // 74: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	61, // 75: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	63, // 76: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	65, // 77: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	72, // 78: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	75, // 79: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	77, // 80: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	79, // 81: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	67, // 82: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	69, // 83: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	49, // 84: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
+	51, // 85: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
+	53, // 86: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
+	55, // 87: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
+	53, // [53:88] is the sub-list for method output_type
+	18, // [18:53] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -4436,7 +5408,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   66,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -39,6 +39,8 @@ const (
 	Coordinator_DrainBrick_FullMethodName          = "/plumeria.v1.Coordinator/DrainBrick"
 	Coordinator_RemoveBrick_FullMethodName         = "/plumeria.v1.Coordinator/RemoveBrick"
 	Coordinator_PGSynced_FullMethodName            = "/plumeria.v1.Coordinator/PGSynced"
+	Coordinator_EnsureProfile_FullMethodName       = "/plumeria.v1.Coordinator/EnsureProfile"
+	Coordinator_SGSynced_FullMethodName            = "/plumeria.v1.Coordinator/SGSynced"
 	Coordinator_ReplicaFailed_FullMethodName       = "/plumeria.v1.Coordinator/ReplicaFailed"
 	Coordinator_Status_FullMethodName              = "/plumeria.v1.Coordinator/Status"
 	Coordinator_RegisterLockServer_FullMethodName  = "/plumeria.v1.Coordinator/RegisterLockServer"
@@ -81,6 +83,13 @@ type CoordinatorClient interface {
 	RemoveBrick(ctx context.Context, in *RemoveBrickRequest, opts ...grpc.CallOption) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
 	PGSynced(ctx context.Context, in *PGSyncedRequest, opts ...grpc.CallOption) (*PGSyncedResponse, error)
+	// EnsureProfile admits a redundancy profile on a volume (idempotent) and
+	// places its stripe groups (clustermap.EnsureProfile); id 0 means the
+	// volume's own replication. FailedPrecondition with the reason when the
+	// bricks cannot hold it.
+	EnsureProfile(ctx context.Context, in *EnsureProfileRequest, opts ...grpc.CallOption) (*EnsureProfileResponse, error)
+	// SGSynced reports that a stripe group's leader rebuilt a syncing member.
+	SGSynced(ctx context.Context, in *SGSyncedRequest, opts ...grpc.CallOption) (*SGSyncedResponse, error)
 	// ReplicaFailed reports that a member missed a write or decommit the primary
 	// applied; the coordinator marks it syncing so it is backfilled before it
 	// can ever lead (sent by the PG primary).
@@ -238,6 +247,26 @@ func (c *coordinatorClient) PGSynced(ctx context.Context, in *PGSyncedRequest, o
 	return out, nil
 }
 
+func (c *coordinatorClient) EnsureProfile(ctx context.Context, in *EnsureProfileRequest, opts ...grpc.CallOption) (*EnsureProfileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EnsureProfileResponse)
+	err := c.cc.Invoke(ctx, Coordinator_EnsureProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) SGSynced(ctx context.Context, in *SGSyncedRequest, opts ...grpc.CallOption) (*SGSyncedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SGSyncedResponse)
+	err := c.cc.Invoke(ctx, Coordinator_SGSynced_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) ReplicaFailed(ctx context.Context, in *ReplicaFailedRequest, opts ...grpc.CallOption) (*ReplicaFailedResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReplicaFailedResponse)
@@ -332,6 +361,13 @@ type CoordinatorServer interface {
 	RemoveBrick(context.Context, *RemoveBrickRequest) (*RemoveBrickResponse, error)
 	// PGSynced reports that a backfilled replica caught up (sent by the PG primary).
 	PGSynced(context.Context, *PGSyncedRequest) (*PGSyncedResponse, error)
+	// EnsureProfile admits a redundancy profile on a volume (idempotent) and
+	// places its stripe groups (clustermap.EnsureProfile); id 0 means the
+	// volume's own replication. FailedPrecondition with the reason when the
+	// bricks cannot hold it.
+	EnsureProfile(context.Context, *EnsureProfileRequest) (*EnsureProfileResponse, error)
+	// SGSynced reports that a stripe group's leader rebuilt a syncing member.
+	SGSynced(context.Context, *SGSyncedRequest) (*SGSyncedResponse, error)
 	// ReplicaFailed reports that a member missed a write or decommit the primary
 	// applied; the coordinator marks it syncing so it is backfilled before it
 	// can ever lead (sent by the PG primary).
@@ -397,6 +433,12 @@ func (UnimplementedCoordinatorServer) RemoveBrick(context.Context, *RemoveBrickR
 }
 func (UnimplementedCoordinatorServer) PGSynced(context.Context, *PGSyncedRequest) (*PGSyncedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PGSynced not implemented")
+}
+func (UnimplementedCoordinatorServer) EnsureProfile(context.Context, *EnsureProfileRequest) (*EnsureProfileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnsureProfile not implemented")
+}
+func (UnimplementedCoordinatorServer) SGSynced(context.Context, *SGSyncedRequest) (*SGSyncedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SGSynced not implemented")
 }
 func (UnimplementedCoordinatorServer) ReplicaFailed(context.Context, *ReplicaFailedRequest) (*ReplicaFailedResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReplicaFailed not implemented")
@@ -671,6 +713,42 @@ func _Coordinator_PGSynced_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_EnsureProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnsureProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).EnsureProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_EnsureProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).EnsureProfile(ctx, req.(*EnsureProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_SGSynced_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SGSyncedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).SGSynced(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_SGSynced_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).SGSynced(ctx, req.(*SGSyncedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_ReplicaFailed_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReplicaFailedRequest)
 	if err := dec(in); err != nil {
@@ -839,6 +917,14 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Coordinator_PGSynced_Handler,
 		},
 		{
+			MethodName: "EnsureProfile",
+			Handler:    _Coordinator_EnsureProfile_Handler,
+		},
+		{
+			MethodName: "SGSynced",
+			Handler:    _Coordinator_SGSynced_Handler,
+		},
+		{
 			MethodName: "ReplicaFailed",
 			Handler:    _Coordinator_ReplicaFailed_Handler,
 		},
@@ -868,16 +954,20 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Brick_Write_FullMethodName         = "/plumeria.v1.Brick/Write"
-	Brick_WriteV_FullMethodName        = "/plumeria.v1.Brick/WriteV"
-	Brick_Read_FullMethodName          = "/plumeria.v1.Brick/Read"
-	Brick_Decommit_FullMethodName      = "/plumeria.v1.Brick/Decommit"
-	Brick_Replicate_FullMethodName     = "/plumeria.v1.Brick/Replicate"
-	Brick_Inventory_FullMethodName     = "/plumeria.v1.Brick/Inventory"
-	Brick_Backfill_FullMethodName      = "/plumeria.v1.Brick/Backfill"
-	Brick_FetchBlock_FullMethodName    = "/plumeria.v1.Brick/FetchBlock"
-	Brick_BlockVersions_FullMethodName = "/plumeria.v1.Brick/BlockVersions"
-	Brick_PruneVersions_FullMethodName = "/plumeria.v1.Brick/PruneVersions"
+	Brick_Write_FullMethodName          = "/plumeria.v1.Brick/Write"
+	Brick_WriteV_FullMethodName         = "/plumeria.v1.Brick/WriteV"
+	Brick_Read_FullMethodName           = "/plumeria.v1.Brick/Read"
+	Brick_Decommit_FullMethodName       = "/plumeria.v1.Brick/Decommit"
+	Brick_Replicate_FullMethodName      = "/plumeria.v1.Brick/Replicate"
+	Brick_Inventory_FullMethodName      = "/plumeria.v1.Brick/Inventory"
+	Brick_Backfill_FullMethodName       = "/plumeria.v1.Brick/Backfill"
+	Brick_FetchBlock_FullMethodName     = "/plumeria.v1.Brick/FetchBlock"
+	Brick_BlockVersions_FullMethodName  = "/plumeria.v1.Brick/BlockVersions"
+	Brick_PruneVersions_FullMethodName  = "/plumeria.v1.Brick/PruneVersions"
+	Brick_ShardPut_FullMethodName       = "/plumeria.v1.Brick/ShardPut"
+	Brick_ShardRead_FullMethodName      = "/plumeria.v1.Brick/ShardRead"
+	Brick_ShardDelete_FullMethodName    = "/plumeria.v1.Brick/ShardDelete"
+	Brick_ShardInventory_FullMethodName = "/plumeria.v1.Brick/ShardInventory"
 )
 
 // BrickClient is the client API for Brick service.
@@ -909,6 +999,15 @@ type BrickClient interface {
 	// (client → primary, admitted as a decommit of the range; the removals
 	// are replicated as a decommit's).
 	PruneVersions(ctx context.Context, in *PruneVersionsRequest, opts ...grpc.CallOption) (*PruneVersionsResponse, error)
+	// Shards of stripes (erasure coding, docs/plan-j.md). A brick serves them
+	// for the stripe groups of its map that list it; ShardPut also needs the
+	// request's map epoch at or above the group's Since, so a writer that
+	// placed a stripe under an older membership cannot land on a newcomer.
+	ShardPut(ctx context.Context, in *ShardPutRequest, opts ...grpc.CallOption) (*ShardPutResponse, error)
+	ShardRead(ctx context.Context, in *ShardReadRequest, opts ...grpc.CallOption) (*ShardReadResponse, error)
+	ShardDelete(ctx context.Context, in *ShardDeleteRequest, opts ...grpc.CallOption) (*ShardDeleteResponse, error)
+	// ShardInventory lists the stripes a member holds for a stripe group.
+	ShardInventory(ctx context.Context, in *ShardInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ShardInventoryResponse], error)
 }
 
 type brickClient struct {
@@ -1028,6 +1127,55 @@ func (c *brickClient) PruneVersions(ctx context.Context, in *PruneVersionsReques
 	return out, nil
 }
 
+func (c *brickClient) ShardPut(ctx context.Context, in *ShardPutRequest, opts ...grpc.CallOption) (*ShardPutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardPutResponse)
+	err := c.cc.Invoke(ctx, Brick_ShardPut_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brickClient) ShardRead(ctx context.Context, in *ShardReadRequest, opts ...grpc.CallOption) (*ShardReadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardReadResponse)
+	err := c.cc.Invoke(ctx, Brick_ShardRead_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brickClient) ShardDelete(ctx context.Context, in *ShardDeleteRequest, opts ...grpc.CallOption) (*ShardDeleteResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardDeleteResponse)
+	err := c.cc.Invoke(ctx, Brick_ShardDelete_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *brickClient) ShardInventory(ctx context.Context, in *ShardInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ShardInventoryResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Brick_ServiceDesc.Streams[1], Brick_ShardInventory_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ShardInventoryRequest, ShardInventoryResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Brick_ShardInventoryClient = grpc.ServerStreamingClient[ShardInventoryResponse]
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1057,6 +1205,15 @@ type BrickServer interface {
 	// (client → primary, admitted as a decommit of the range; the removals
 	// are replicated as a decommit's).
 	PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error)
+	// Shards of stripes (erasure coding, docs/plan-j.md). A brick serves them
+	// for the stripe groups of its map that list it; ShardPut also needs the
+	// request's map epoch at or above the group's Since, so a writer that
+	// placed a stripe under an older membership cannot land on a newcomer.
+	ShardPut(context.Context, *ShardPutRequest) (*ShardPutResponse, error)
+	ShardRead(context.Context, *ShardReadRequest) (*ShardReadResponse, error)
+	ShardDelete(context.Context, *ShardDeleteRequest) (*ShardDeleteResponse, error)
+	// ShardInventory lists the stripes a member holds for a stripe group.
+	ShardInventory(*ShardInventoryRequest, grpc.ServerStreamingServer[ShardInventoryResponse]) error
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1096,6 +1253,18 @@ func (UnimplementedBrickServer) BlockVersions(context.Context, *BlockVersionsReq
 }
 func (UnimplementedBrickServer) PruneVersions(context.Context, *PruneVersionsRequest) (*PruneVersionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method PruneVersions not implemented")
+}
+func (UnimplementedBrickServer) ShardPut(context.Context, *ShardPutRequest) (*ShardPutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardPut not implemented")
+}
+func (UnimplementedBrickServer) ShardRead(context.Context, *ShardReadRequest) (*ShardReadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardRead not implemented")
+}
+func (UnimplementedBrickServer) ShardDelete(context.Context, *ShardDeleteRequest) (*ShardDeleteResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ShardDelete not implemented")
+}
+func (UnimplementedBrickServer) ShardInventory(*ShardInventoryRequest, grpc.ServerStreamingServer[ShardInventoryResponse]) error {
+	return status.Error(codes.Unimplemented, "method ShardInventory not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1291,6 +1460,71 @@ func _Brick_PruneVersions_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brick_ShardPut_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardPutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).ShardPut(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_ShardPut_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).ShardPut(ctx, req.(*ShardPutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Brick_ShardRead_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardReadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).ShardRead(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_ShardRead_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).ShardRead(ctx, req.(*ShardReadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Brick_ShardDelete_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ShardDeleteRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).ShardDelete(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_ShardDelete_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).ShardDelete(ctx, req.(*ShardDeleteRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Brick_ShardInventory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ShardInventoryRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BrickServer).ShardInventory(m, &grpc.GenericServerStream[ShardInventoryRequest, ShardInventoryResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Brick_ShardInventoryServer = grpc.ServerStreamingServer[ShardInventoryResponse]
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1334,11 +1568,28 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "PruneVersions",
 			Handler:    _Brick_PruneVersions_Handler,
 		},
+		{
+			MethodName: "ShardPut",
+			Handler:    _Brick_ShardPut_Handler,
+		},
+		{
+			MethodName: "ShardRead",
+			Handler:    _Brick_ShardRead_Handler,
+		},
+		{
+			MethodName: "ShardDelete",
+			Handler:    _Brick_ShardDelete_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Inventory",
 			Handler:       _Brick_Inventory_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ShardInventory",
+			Handler:       _Brick_ShardInventory_Handler,
 			ServerStreams: true,
 		},
 	},
