@@ -320,6 +320,14 @@ func (m *Map) Validate() error {
 				return fmt.Errorf("clustermap: brick %s: %w", b.Name, err)
 			}
 		}
+		if len(b.Features) > FeaturesMax {
+			return fmt.Errorf("clustermap: brick %s: %d features exceed %d", b.Name, len(b.Features), FeaturesMax)
+		}
+		for _, f := range b.Features {
+			if err := ValidName(f); err != nil {
+				return fmt.Errorf("clustermap: brick %s: feature: %w", b.Name, err)
+			}
+		}
 	}
 	if err := m.validateLocks(); err != nil {
 		return err

@@ -22,6 +22,9 @@ import (
 // have it.
 const FeatureEC = "ec1"
 
+// FeaturesMax bounds the features a brick may declare.
+const FeaturesMax = 16
+
 // Profile is one redundancy a volume's data may have besides its home
 // replication. ID 0 means the home; profiles are numbered from 1.
 type Profile struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -68,6 +69,18 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 				return nil, fmt.Errorf("brick %s: %w", r.Name, err)
 			}
 		}
+		features := slices.Compact(slices.Sorted(slices.Values(r.Features)))
+		if len(features) > clustermap.FeaturesMax {
+			return nil, fmt.Errorf("brick %s: %d features, at most %d", r.Name, len(features), clustermap.FeaturesMax)
+		}
+		for _, f := range features {
+			if err := clustermap.ValidName(f); err != nil {
+				return nil, fmt.Errorf("brick %s: feature: %w", r.Name, err)
+			}
+		}
+		if len(features) == 0 {
+			features = nil
+		}
 		for k := range r.Domain {
 			if k != clustermap.LevelHost && k != clustermap.LevelRack && k != clustermap.LevelSite {
 				return nil, fmt.Errorf("brick %s: unknown failure-domain level %q (use host, rack, site)", r.Name, k)
@@ -78,10 +91,12 @@ func (s *Server) RegisterBrick(ctx context.Context, r *pb.RegisterBrickRequest) 
 		s.mu.Unlock()
 		m, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
 			old := m.Brick(r.Name)
-			b := clustermap.Brick{Name: r.Name, Addr: r.Addr, Domain: r.Domain, State: clustermap.BrickUp, CapacityBytes: r.CapacityBytes, Class: r.Class}
+			b := clustermap.Brick{Name: r.Name, Addr: r.Addr, Domain: r.Domain, State: clustermap.BrickUp, CapacityBytes: r.CapacityBytes, Class: r.Class,
+				Features: features}
 			if old != nil {
 				b.Draining, b.Full = old.Draining, old.Full
-				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && old.Class == b.Class && maps.Equal(old.Domain, b.Domain) {
+				if old.Addr == b.Addr && old.State == b.State && old.CapacityBytes == b.CapacityBytes && old.Class == b.Class && maps.Equal(old.Domain, b.Domain) &&
+					slices.Equal(old.Features, b.Features) {
 					return nil, nil
 				}
 			} else if len(m.Bricks) >= limits.BricksMax {
@@ -353,6 +368,56 @@ func (s *Server) PGSynced(ctx context.Context, r *pb.PGSyncedRequest) (*pb.PGSyn
 		})
 		return &pb.PGSyncedResponse{}, err
 	}, func(cl pb.CoordinatorClient) (*pb.PGSyncedResponse, error) { return cl.PGSynced(ctx, r) })
+}
+
+func (s *Server) EnsureProfile(ctx context.Context, r *pb.EnsureProfileRequest) (*pb.EnsureProfileResponse, error) {
+	return forward(s, ctx, func() (*pb.EnsureProfileResponse, error) {
+		if r.Profile == nil {
+			return nil, status.Error(codes.InvalidArgument, "ensure profile: no profile given")
+		}
+		const most = 1 << 10 // far above any bound; keeps the int conversion exact
+		if r.Profile.K > most || r.Profile.M > most {
+			return nil, status.Errorf(codes.InvalidArgument, "ensure profile: k %d, m %d out of range", r.Profile.K, r.Profile.M)
+		}
+		want := clustermap.Profile{K: int(r.Profile.K), M: int(r.Profile.M), Level: r.Profile.Level, Class: r.Profile.Class}
+		var id uint16
+		m, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			v := m.Volume(r.Volume)
+			if v == nil {
+				return nil, status.Errorf(codes.NotFound, "ensure profile: no volume %q", r.Volume)
+			}
+			n, got, err := clustermap.EnsureProfile(m, v.ID, want)
+			id = got
+			return n, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if id != 0 {
+			s.log.InfoContext(ctx, "profile in force", "volume", r.Volume, "profile", want.String(), "id", id)
+		}
+		return &pb.EnsureProfileResponse{Id: uint32(id), MapJson: clustermap.Encode(m)}, nil
+	}, func(cl pb.CoordinatorClient) (*pb.EnsureProfileResponse, error) { return cl.EnsureProfile(ctx, r) })
+}
+
+func (s *Server) SGSynced(ctx context.Context, r *pb.SGSyncedRequest) (*pb.SGSyncedResponse, error) {
+	return forward(s, ctx, func() (*pb.SGSyncedResponse, error) {
+		_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+			if r.Sg > 0xffff {
+				return nil, fmt.Errorf("sg synced: stripe group %d out of range", r.Sg)
+			}
+			n := clustermap.MarkSGSynced(m, r.Vol, uint16(r.Sg), r.Brick, r.Leader, r.Since)
+			if n == nil {
+				return nil, fmt.Errorf("sg synced: report for volume %d stripe group %d brick %s no longer applies (leader or membership changed since epoch %d)",
+					r.Vol, r.Sg, r.Brick, r.Since)
+			}
+			return n, nil
+		})
+		if err == nil {
+			s.log.InfoContext(ctx, "stripe group member rebuilt", "vol", r.Vol, "sg", r.Sg, "brick", r.Brick)
+		}
+		return &pb.SGSyncedResponse{}, err
+	}, func(cl pb.CoordinatorClient) (*pb.SGSyncedResponse, error) { return cl.SGSynced(ctx, r) })
 }
 
 func (s *Server) ReplicaFailed(ctx context.Context, r *pb.ReplicaFailedRequest) (*pb.ReplicaFailedResponse, error) {
