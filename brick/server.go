@@ -220,11 +220,15 @@ func (s *Server) initSeq() error {
 	return nil
 }
 
+// features is what this build declares to the coordinator: it stores
+// shards of stripes (shard.go) and refs (store format 2).
+var features = []string{clustermap.FeatureEC}
+
 func (s *Server) register(ctx context.Context) error {
 	st := s.store.Stats()
 	return s.cfg.Coord.Call(ctx, func(ctx context.Context, cl pb.CoordinatorClient) error {
 		r, err := cl.RegisterBrick(ctx, &pb.RegisterBrickRequest{Name: s.cfg.Name, Addr: s.cfg.Addr,
-			Domain: s.cfg.Domain, CapacityBytes: st.CapacityBytes, Class: s.cfg.Class})
+			Domain: s.cfg.Domain, CapacityBytes: st.CapacityBytes, Class: s.cfg.Class, Features: features})
 		if err != nil {
 			return err
 		}
