@@ -157,19 +157,16 @@ func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.
 			}
 			continue
 		case errors.Is(err, store.ErrCorrupt):
-			if data, err = s.repair(ctx, m, v, &v.PGs[k.PG], key); err != nil {
+			op, err := s.repair(ctx, m, v, &v.PGs[k.PG], key)
+			if err != nil {
 				return 0, err
 			}
-			_, cur, err = s.store.Get(key)
-		}
-		if err != nil {
+			ops = append(ops, op)
+			continue
+		case err != nil:
 			return 0, fmt.Errorf("read %v: %w", key, err)
 		}
-		op := store.Op{Kind: store.OpPut, Key: key, Seq: cur.Seq, Data: data}
-		if cur.Tombstone {
-			op = store.Op{Kind: store.OpTombstone, Key: key, Seq: cur.Seq}
-		}
-		ops = append(ops, op)
+		ops = append(ops, entryOp(key, cur, data))
 	}
 	if len(ops) == 0 {
 		return 0, nil
@@ -188,9 +185,24 @@ func (s *Server) pushKeys(ctx context.Context, m *clustermap.Map, v *clustermap.
 	return int64(len(ops)), nil
 }
 
+// entryOp is the op that stores, at another brick, the entry e this
+// brick read with data (a put's block, a ref's payload: a ref is sent as
+// the ref it is).
+func entryOp(key store.Key, e store.Entry, data []byte) store.Op {
+	switch {
+	case e.Tombstone:
+		return store.Op{Kind: store.OpTombstone, Key: key, Seq: e.Seq}
+	case e.Ref:
+		return store.Op{Kind: store.OpRef, Key: key, Seq: e.Seq, Ref: data}
+	}
+	return store.Op{Kind: store.OpPut, Key: key, Seq: e.Seq, Data: data}
+}
+
 // pushDiff sends, through send in batches of at most backfillBatchOps,
 // the keys whose copy at a peer (theirs: key -> seq, from its inventory)
-// differs from mine: another seq, or held by one side only. It deletes
+// differs from mine: another seq, or held by one side only. A seq names
+// one change, so a ref and the put it replaced never share one (the swap
+// to a ref is a change of its own, swapToRefs). It deletes
 // from theirs every key mine holds, leaving the keys only the peer holds
 // (send turns those it no longer finds here into REMOVEs).
 func pushDiff(mine []store.Entry, theirs map[store.Key]uint64, send func(keys []store.Key) (int64, error)) (int64, error) {

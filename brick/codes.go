@@ -20,6 +20,8 @@ import (
 //	NotFound            unknown volume or snapshot
 //	DataLoss            a block is corrupt here and on every replica
 //	ResourceExhausted   a store is full
+//	Unimplemented       a read met a ref this brick cannot resolve yet
+//	                    (resolveRef): never retry
 //
 // The decisions come from the replication core (brick/repl) as typed
 // refusals; codeOf is the one place that maps them to codes.

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/plumeria-fs/plumeria/brick/ec"
 	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -21,8 +22,14 @@ func FuzzReplicateDecode(f *testing.F) {
 		Ops: []*pb.BlockOp{{Kind: pb.BlockOp_PUT, Block: 7, Gen: 1, Seq: 9, Data: make([]byte, limits.BlockBytes)},
 			{Kind: pb.BlockOp_REMOVE, Block: 8, Gen: 1, Seq: 10}}})
 	f.Add(good)
+	withRef, _ := proto.Marshal(&pb.ReplicateRequest{MapEpoch: 3, Vol: 1, Pg: 2, Primary: "b1",
+		Writer: &pb.Writer{Id: "plumeria.ec"},
+		Ops: []*pb.BlockOp{{Kind: pb.BlockOp_REF, Block: 7, Gen: 1, Seq: 11, Data: ec.EncodeRef(ec.Ref{SG: 1, StripeSeq: 5, Len: 2})},
+			{Kind: pb.BlockOp_REF, Block: 8, Gen: 1, Seq: 12, Data: make([]byte, store.RefBytes-1)}}})
+	f.Add(withRef)
 	f.Add([]byte{})
 	f.Add([]byte{0x32, 0x02, 0x08, 0x07})
+	f.Add([]byte{0x32, 0x04, 0x08, 0x03, 0x2a, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var r pb.ReplicateRequest
 		if err := proto.Unmarshal(b, &r); err != nil {
@@ -33,11 +40,14 @@ func FuzzReplicateDecode(f *testing.F) {
 			return
 		}
 		for _, op := range ops {
-			if op.Kind < 1 || op.Kind > 3 {
+			if op.Kind < store.OpPut || op.Kind > store.OpRef {
 				t.Fatalf("accepted op kind %d", op.Kind)
 			}
-			if op.Data != nil && len(op.Data) != limits.BlockBytes {
-				t.Fatalf("accepted %d data bytes", len(op.Data))
+			if op.Data != nil && (op.Kind != store.OpPut || len(op.Data) != limits.BlockBytes) {
+				t.Fatalf("accepted kind %d with %d data bytes", op.Kind, len(op.Data))
+			}
+			if (op.Kind == store.OpRef) != (op.Ref != nil) || op.Ref != nil && len(op.Ref) != store.RefBytes {
+				t.Fatalf("accepted kind %d with %d ref bytes", op.Kind, len(op.Ref))
 			}
 		}
 	})

@@ -25,45 +25,70 @@ import (
 // historyEvery, in this process on loopback; all stop at cleanup.
 func startCluster(t *testing.T, n int, historyEvery time.Duration) *coordclient.Client {
 	t.Helper()
-	dir := t.TempDir()
-	serve := func() (*netmux.Mux, *grpc.Server) {
-		mux, err := netmux.Listen("127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return mux, grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
+	return newTestCluster(t, n, historyEvery).cl
+}
+
+// testCluster is a coordinator and bricks in this process on loopback.
+type testCluster struct {
+	t            *testing.T
+	dir          string
+	cl           *coordclient.Client
+	historyEvery time.Duration
+	bricks       []*brick.Server // b0, b1, ... in order
+}
+
+func serveGRPC(t *testing.T) (*netmux.Mux, *grpc.Server) {
+	mux, err := netmux.Listen("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	mux, gs := serve()
-	c, err := coord.Start(coord.Config{Name: "c1", Addr: mux.Addr().String(), DataDir: filepath.Join(dir, "c1"),
+	return mux, grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax))
+}
+
+// newTestCluster runs a coordinator and n bricks (addBrick); all stop at
+// cleanup.
+func newTestCluster(t *testing.T, n int, historyEvery time.Duration) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t, dir: t.TempDir(), historyEvery: historyEvery}
+	mux, gs := serveGRPC(t)
+	c, err := coord.Start(coord.Config{Name: "c1", Addr: mux.Addr().String(), DataDir: filepath.Join(tc.dir, "c1"),
 		Registerer: prometheus.NewRegistry()}, mux.Raft(), gs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	go gs.Serve(mux.GRPC())
 	t.Cleanup(func() { gs.Stop(); c.Stop(); mux.Close() })
-	cl, err := coordclient.New(mux.Addr().String())
+	if tc.cl, err = coordclient.New(mux.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tc.cl.Close)
+	for range n {
+		tc.addBrick()
+	}
+	return tc
+}
+
+// addBrick starts the next brick, on a host of its own, and returns it.
+func (tc *testCluster) addBrick() *brick.Server {
+	t := tc.t
+	t.Helper()
+	name := fmt.Sprintf("b%d", len(tc.bricks))
+	bmux, bgs := serveGRPC(t)
+	b, err := brick.New(brick.Config{Name: name, Addr: bmux.Addr().String(), DataDir: filepath.Join(tc.dir, name),
+		Domain: map[string]string{"host": name}, Coord: tc.cl, HistoryInterval: tc.historyEvery}, bgs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(cl.Close)
-	for i := range n {
-		name := fmt.Sprintf("b%d", i)
-		bmux, bgs := serve()
-		b, err := brick.New(brick.Config{Name: name, Addr: bmux.Addr().String(), DataDir: filepath.Join(dir, name),
-			Domain: map[string]string{"host": name}, Coord: cl, HistoryInterval: historyEvery}, bgs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go bgs.Serve(bmux.GRPC())
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = b.Run(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { bgs.Stop(); b.Stop(); bmux.Close() })
+	go bgs.Serve(bmux.GRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	err = b.Run(ctx)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return cl
+	t.Cleanup(func() { bgs.Stop(); b.Stop(); bmux.Close() })
+	tc.bricks = append(tc.bricks, b)
+	return b
 }
 
 func call(t *testing.T, cl *coordclient.Client, what string, fn func(context.Context, pb.CoordinatorClient) error) {

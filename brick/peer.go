@@ -67,19 +67,23 @@ func (p *peers) close() {
 func toPB(ops []store.Op) []*pb.BlockOp {
 	out := make([]*pb.BlockOp, len(ops))
 	for i, o := range ops {
-		k := pb.BlockOp_PUT
+		k, data := pb.BlockOp_PUT, o.Data
 		switch o.Kind {
 		case store.OpTombstone:
 			k = pb.BlockOp_TOMBSTONE
 		case store.OpRemove:
 			k = pb.BlockOp_REMOVE
+		case store.OpRef:
+			k, data = pb.BlockOp_REF, o.Ref
 		}
-		out[i] = &pb.BlockOp{Kind: k, Block: o.Key.Block, Gen: o.Key.Gen, Seq: o.Seq, Data: o.Data}
+		out[i] = &pb.BlockOp{Kind: k, Block: o.Key.Block, Gen: o.Key.Gen, Seq: o.Seq, Data: data}
 	}
 	return out
 }
 
-// fromPB validates ops received from a peer.
+// fromPB validates ops received from a peer. A REF's payload is checked
+// for its length only (the store's rule): it stays opaque until a read
+// resolves it (resolveRef).
 func fromPB(vol uint64, in []*pb.BlockOp) ([]store.Op, error) {
 	out := make([]store.Op, len(in))
 	for i, o := range in {
@@ -94,6 +98,11 @@ func fromPB(vol uint64, in []*pb.BlockOp) ([]store.Op, error) {
 			op.Kind = store.OpTombstone
 		case pb.BlockOp_REMOVE:
 			op.Kind = store.OpRemove
+		case pb.BlockOp_REF:
+			if len(o.Data) != store.RefBytes {
+				return nil, status.Errorf(codes.InvalidArgument, "op %d: ref of %d bytes, want %d", i, len(o.Data), store.RefBytes)
+			}
+			op.Kind, op.Ref = store.OpRef, o.Data
 		default:
 			return nil, status.Errorf(codes.InvalidArgument, "op %d: unknown kind %d", i, o.Kind)
 		}
@@ -211,7 +220,8 @@ func (s *Server) pgEntries(v *clustermap.Volume, pg uint32) ([]store.Entry, erro
 
 const inventoryBatch = 4096
 
-// Inventory streams what this brick holds for a PG: keys and seqs.
+// Inventory streams what this brick holds for a PG: keys, seqs, and
+// which entries are refs.
 func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingServer[pb.InventoryResponse]) error {
 	m, err := s.beginPeer(stream.Context(), r.MapEpoch)
 	if err != nil {
@@ -231,7 +241,7 @@ func (s *Server) Inventory(r *pb.InventoryRequest, stream grpc.ServerStreamingSe
 		n := min(len(entries), inventoryBatch)
 		resp := &pb.InventoryResponse{}
 		for _, e := range entries[:n] {
-			resp.Entries = append(resp.Entries, &pb.InventoryEntry{Block: e.Block, Gen: e.Gen, Seq: e.Seq})
+			resp.Entries = append(resp.Entries, &pb.InventoryEntry{Block: e.Block, Gen: e.Gen, Seq: e.Seq, Ref: e.Ref})
 		}
 		if err := stream.Send(resp); err != nil {
 			return err

@@ -70,7 +70,11 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 		if blk.InDst {
 			continue
 		}
-		data, err := s.checked(ctx, m, v, p, blk.Data, blk.Entry, blk.Err)
+		data := blk.Data
+		if blk.Entry.Ref {
+			data = blk.Ref // not in dst, not zeros: checked resolves it
+		}
+		data, err := s.checked(ctx, m, v, p, data, blk.Entry, blk.Err)
 		if err != nil {
 			return nil, err
 		}
@@ -89,12 +93,13 @@ func (s *Server) Read(ctx context.Context, r *pb.ReadRequest) (*pb.ReadResponse,
 }
 
 // repair fetches key from another in-sync member, verifies it arrived
-// whole, rewrites the local copy and returns the data.
-func (s *Server) repair(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, key store.Key) ([]byte, error) {
+// whole, rewrites the local copy and returns the op it applied: a put, a
+// tombstone, or a ref (copied as the ref it is, not resolved).
+func (s *Server) repair(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, key store.Key) (store.Op, error) {
 	if key == (store.Key{}) {
 		k, ok, err := s.latestKey(v.ID, key.Block, key.Gen)
 		if err != nil || !ok {
-			return nil, status.Errorf(codes.DataLoss, "volume %s: corrupt block and its key cannot be found: %v", v.Name, err)
+			return store.Op{}, status.Errorf(codes.DataLoss, "volume %s: corrupt block and its key cannot be found: %v", v.Name, err)
 		}
 		key = k
 	}
@@ -113,24 +118,39 @@ func (s *Server) repair(ctx context.Context, m *clustermap.Map, v *clustermap.Vo
 			lastErr = fmt.Errorf("%s: %s", b, errMsg(err))
 			continue
 		}
-		op := store.Op{Kind: store.OpPut, Key: key, Seq: r.Seq, Data: r.Data}
-		if r.Tombstone {
-			op = store.Op{Kind: store.OpTombstone, Key: key, Seq: r.Seq}
-		} else if len(r.Data) != limits.BlockBytes {
-			lastErr = fmt.Errorf("%s sent %d bytes for a block", b, len(r.Data))
+		op, err := fetchedOp(key, r)
+		if err != nil {
+			lastErr = fmt.Errorf("%s sent %w", b, err)
 			continue
 		}
 		if err := s.store.Apply(ctx, []store.Op{op}); err != nil {
-			return nil, storeErr(err, "rewrite repaired block")
+			return store.Op{}, storeErr(err, "rewrite repaired block")
 		}
-		s.log.InfoContext(ctx, "repaired corrupt block from replica", "vol", v.Name, "block", key.Block, "gen", key.Gen, "from", b)
+		s.log.InfoContext(ctx, "repaired corrupt block from replica", "vol", v.Name, "block", key.Block, "gen", key.Gen, "from", b, "ref", op.Kind == store.OpRef)
 		repairs.Inc()
-		if r.Tombstone {
-			return nil, nil
-		}
-		return r.Data, nil
+		return op, nil
 	}
-	return nil, status.Errorf(codes.DataLoss, "volume %s block %d gen %d: corrupt here and no replica could supply it (last error: %v)", v.Name, key.Block, key.Gen, lastErr)
+	return store.Op{}, status.Errorf(codes.DataLoss, "volume %s block %d gen %d: corrupt here and no replica could supply it (last error: %v)", v.Name, key.Block, key.Gen, lastErr)
+}
+
+// fetchedOp turns a FetchBlock answer for key into the op that stores
+// it: a tombstone, a ref (exactly store.RefBytes, no data) or a put
+// (exactly one block).
+func fetchedOp(key store.Key, r *pb.FetchBlockResponse) (store.Op, error) {
+	switch {
+	case r.Tombstone && len(r.Data)+len(r.Ref) == 0:
+		return store.Op{Kind: store.OpTombstone, Key: key, Seq: r.Seq}, nil
+	case r.Tombstone:
+		return store.Op{}, fmt.Errorf("a tombstone with %d data and %d ref bytes", len(r.Data), len(r.Ref))
+	case len(r.Ref) > 0:
+		if len(r.Ref) != store.RefBytes || len(r.Data) != 0 {
+			return store.Op{}, fmt.Errorf("a ref of %d bytes with %d data bytes", len(r.Ref), len(r.Data))
+		}
+		return store.Op{Kind: store.OpRef, Key: key, Seq: r.Seq, Ref: r.Ref}, nil
+	case len(r.Data) != limits.BlockBytes:
+		return store.Op{}, fmt.Errorf("%d bytes for a block", len(r.Data))
+	}
+	return store.Op{Kind: store.OpPut, Key: key, Seq: r.Seq, Data: r.Data}, nil
 }
 
 // latestKey finds the key Latest(vol, block, maxGen) would read.
@@ -146,7 +166,8 @@ func (s *Server) latestKey(vol, block, maxGen uint64) (store.Key, bool, error) {
 	return k, found, err
 }
 
-// FetchBlock returns one exact stored block, verified by the local store.
+// FetchBlock returns one exact stored block, verified by the local store;
+// a ref goes as its payload (FetchBlockResponse.ref), never resolved.
 func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.FetchBlockResponse, error) {
 	data, e, err := s.store.Get(store.Key{Vol: r.Vol, Block: r.Block, Gen: r.Gen})
 	if errors.Is(err, store.ErrNotFound) {
@@ -154,6 +175,9 @@ func (s *Server) FetchBlock(ctx context.Context, r *pb.FetchBlockRequest) (*pb.F
 	}
 	if err != nil {
 		return nil, storeErr(err, "fetch block")
+	}
+	if e.Ref {
+		return &pb.FetchBlockResponse{Seq: e.Seq, Ref: data}, nil
 	}
 	return &pb.FetchBlockResponse{Data: data, Seq: e.Seq, Tombstone: e.Tombstone}, nil
 }
@@ -334,7 +358,7 @@ func (s *Server) decommitOps(ctx context.Context, m *clustermap.Map, v *clusterm
 // BlockVersions lists the entries the primary holds for the block at
 // r.Offset at or below the live volume's reader gen, ascending, each as
 // the generation it was written in, its file version and whether it is a
-// tombstone. Admitted as a read.
+// tombstone or a ref. Admitted as a read.
 func (s *Server) BlockVersions(ctx context.Context, r *pb.BlockVersionsRequest) (*pb.BlockVersionsResponse, error) {
 	defer s.inflight.enter(kindRead)()
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
@@ -359,7 +383,7 @@ func (s *Server) BlockVersions(ctx context.Context, r *pb.BlockVersionsRequest) 
 			return false
 		}
 		g, f := v.SplitStoreGen(e.Gen)
-		resp.Versions = append(resp.Versions, &pb.BlockVersionsResponse_Version{SnapGen: g, FileVersion: f, Tombstone: e.Tombstone})
+		resp.Versions = append(resp.Versions, &pb.BlockVersionsResponse_Version{SnapGen: g, FileVersion: f, Tombstone: e.Tombstone, Ref: e.Ref})
 		return true
 	})
 	if err != nil {

@@ -396,7 +396,9 @@ func errMsg(err error) string {
 }
 
 // readBlock returns the block's bytes as r reads them (nil means zeros),
-// repairing a corrupt local copy from another in-sync member.
+// repairing a corrupt local copy from another in-sync member and
+// resolving a ref (resolveRef): a partial write over a coded block merges
+// into its data, never into zeros or the ref's bytes.
 func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, block uint64, r store.Reader) ([]byte, error) {
 	data, e, err := s.store.LatestAt(v.ID, block, r)
 	if errors.Is(err, store.ErrNotFound) {
@@ -405,17 +407,28 @@ func (s *Server) readBlock(ctx context.Context, m *clustermap.Map, v *clustermap
 	return s.checked(ctx, m, v, p, data, e, err)
 }
 
-// checked returns a block the store read (nil: zeros, for a tombstone),
-// repairing a corrupt local copy from another in-sync member.
+// checked returns the bytes of a block the store read (nil: zeros, for a
+// tombstone), repairing a corrupt local copy from another in-sync member.
+// For a ref (e.Ref), data is its payload and the block's bytes are what
+// resolveRef makes of it.
 func (s *Server) checked(ctx context.Context, m *clustermap.Map, v *clustermap.Volume, p *clustermap.PG, data []byte, e store.Entry, err error) ([]byte, error) {
 	switch {
 	case errors.Is(err, store.ErrCorrupt):
 		s.log.WarnContext(ctx, "corrupt block; repairing from a replica", "vol", v.Name, "block", e.Key.Block, "err", err)
-		return s.repair(ctx, m, v, p, e.Key)
+		op, err := s.repair(ctx, m, v, p, e.Key)
+		switch {
+		case err != nil:
+			return nil, err
+		case op.Kind == store.OpRef:
+			return s.resolveRef(ctx, v.ID, op.Key.Block, op.Ref)
+		}
+		return op.Data, nil // nil for a tombstone
 	case err != nil:
 		return nil, storeErr(err, "read")
 	case e.Tombstone:
 		return nil, nil
+	case e.Ref:
+		return s.resolveRef(ctx, v.ID, e.Key.Block, data)
 	}
 	return data, nil
 }

@@ -13,11 +13,13 @@ import (
 // the volume it was written in (snapshots taken since see it; the live
 // volume writes the newest), its file version (clustermap.Unversioned for
 // a write without one, and for every write of a volume without file
-// versions), and whether it is a decommit's tombstone (reads as zeros).
+// versions), and whether it is a decommit's tombstone (reads as zeros) or
+// a ref (erasure-coded: reads as the data of its stripe, like a put).
 type BlockVersion struct {
 	Gen         uint64
 	FileVersion uint32
 	Tombstone   bool
+	Ref         bool
 }
 
 // BlockVersions lists the entries the primary of the block holding byte
@@ -39,7 +41,7 @@ func (v *Volume) BlockVersions(ctx context.Context, off uint64) ([]BlockVersion,
 		}
 		out = make([]BlockVersion, len(r.Versions))
 		for i, e := range r.Versions {
-			out[i] = BlockVersion{Gen: e.SnapGen, FileVersion: e.FileVersion, Tombstone: e.Tombstone}
+			out[i] = BlockVersion{Gen: e.SnapGen, FileVersion: e.FileVersion, Tombstone: e.Tombstone, Ref: e.Ref}
 		}
 		return nil
 	})

@@ -13,12 +13,15 @@ import (
 )
 
 // ReplicaDiff is one block on which the in-sync members of a PG disagree:
-// the seq each member holds (0: absent).
+// the seq each member holds (0: absent), and which of them hold a ref
+// there (erasure coding: the block's data lies in a stripe) rather than
+// a put or a tombstone.
 type ReplicaDiff struct {
 	PG    uint32
 	Block uint64
 	Gen   uint64
 	Seqs  map[string]uint64
+	Refs  map[string]bool
 }
 
 func (d ReplicaDiff) String() string {
@@ -29,16 +32,21 @@ func (d ReplicaDiff) String() string {
 	sort.Strings(names)
 	var parts []string
 	for _, b := range names {
-		if s := d.Seqs[b]; s == 0 {
+		s := d.Seqs[b]
+		switch {
+		case s == 0:
 			parts = append(parts, b+"=absent")
-		} else {
+		case d.Refs[b]:
+			parts = append(parts, fmt.Sprintf("%s=seq %d.%d ref", b, s>>32, s&0xffffffff))
+		default:
 			parts = append(parts, fmt.Sprintf("%s=seq %d.%d", b, s>>32, s&0xffffffff))
 		}
 	}
 	return fmt.Sprintf("pg %d block %d (byte %#x) gen %d: %s", d.PG, d.Block, d.Block*4096, d.Gen, strings.Join(parts, " "))
 }
 
-// VerifyReplicas compares, PG by PG, the blocks (and their seqs) that the
+// VerifyReplicas compares, PG by PG, the blocks (their seqs, and whether
+// each is a ref) that the
 // in-sync members of each PG hold; members still syncing are skipped. With
 // no writes under way they must agree exactly: a difference means a
 // replica missed or kept a write the others did not. progress (may be nil)
@@ -71,8 +79,16 @@ func (v *Volume) VerifyReplicas(ctx context.Context, progress func(done, total i
 
 type blockKey struct{ block, gen uint64 }
 
+// held is what a member's inventory says of a key: its seq and whether
+// the entry is a ref. Members agree on a key when both are equal (a ref
+// and the put it replaced never share a seq; ref checks that too).
+type held struct {
+	seq uint64
+	ref bool
+}
+
 func (v *Volume) comparePG(ctx context.Context, m *clustermap.Map, vol *clustermap.Volume, pg uint32, members []string) ([]ReplicaDiff, error) {
-	inv := map[string]map[blockKey]uint64{}
+	inv := map[string]map[blockKey]held{}
 	for _, b := range members {
 		cl, err := v.brick(m, b)
 		if err != nil {
@@ -87,9 +103,10 @@ func (v *Volume) comparePG(ctx context.Context, m *clustermap.Map, vol *clusterm
 	return diffInventories(pg, members, inv), nil
 }
 
-// diffInventories lists the blocks whose seq is not the same on every
-// member (absent counts as seq 0), by block and generation.
-func diffInventories(pg uint32, members []string, inv map[string]map[blockKey]uint64) []ReplicaDiff {
+// diffInventories lists the blocks whose seq, or kind (ref or not), is
+// not the same on every member (absent counts as seq 0), by block and
+// generation.
+func diffInventories(pg uint32, members []string, inv map[string]map[blockKey]held) []ReplicaDiff {
 	keys := map[blockKey]bool{}
 	for _, got := range inv {
 		for k := range got {
@@ -98,16 +115,17 @@ func diffInventories(pg uint32, members []string, inv map[string]map[blockKey]ui
 	}
 	var diffs []ReplicaDiff
 	for k := range keys {
-		seqs := map[string]uint64{}
+		seqs, refs := map[string]uint64{}, map[string]bool{}
 		same := true
 		for _, b := range members {
-			seqs[b] = inv[b][k]
-			if seqs[b] != seqs[members[0]] {
+			h := inv[b][k]
+			seqs[b], refs[b] = h.seq, h.ref
+			if h != inv[members[0]][k] {
 				same = false
 			}
 		}
 		if !same {
-			diffs = append(diffs, ReplicaDiff{PG: pg, Block: k.block, Gen: k.gen, Seqs: seqs})
+			diffs = append(diffs, ReplicaDiff{PG: pg, Block: k.block, Gen: k.gen, Seqs: seqs, Refs: refs})
 		}
 	}
 	slices.SortFunc(diffs, func(a, b ReplicaDiff) int {
@@ -119,8 +137,8 @@ func diffInventories(pg uint32, members []string, inv map[string]map[blockKey]ui
 	return diffs
 }
 
-func inventoryOf(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[blockKey]uint64, error) {
-	out := map[blockKey]uint64{}
-	err := pb.ReadInventory(ctx, cl, r, func(e *pb.InventoryEntry) { out[blockKey{e.Block, e.Gen}] = e.Seq })
+func inventoryOf(ctx context.Context, cl pb.BrickClient, r *pb.InventoryRequest) (map[blockKey]held, error) {
+	out := map[blockKey]held{}
+	err := pb.ReadInventory(ctx, cl, r, func(e *pb.InventoryEntry) { out[blockKey{e.Block, e.Gen}] = held{e.Seq, e.Ref} })
 	return out, err
 }

@@ -1,0 +1,30 @@
+package brick
+
+import (
+	"context"
+
+	"github.com/plumeria-fs/plumeria/brick/store"
+)
+
+// Exported for the tests of package brick_test.
+
+// RefSwap is refSwap.
+type RefSwap = refSwap
+
+// NewRefSwap returns the swap of block at gen, read with seq, to ref.
+func NewRefSwap(block, gen, seq uint64, ref []byte) RefSwap {
+	return refSwap{block: block, gen: gen, seq: seq, ref: ref}
+}
+
+// SwapToRefs is swapToRefs.
+func (s *Server) SwapToRefs(ctx context.Context, vol uint64, pg uint32, blocks []RefSwap) (int, error) {
+	return s.swapToRefs(ctx, vol, pg, blocks)
+}
+
+// Repair runs repair of key (of PG pg) under the serving map: the key is
+// fetched from another in-sync member and rewritten here.
+func (s *Server) Repair(ctx context.Context, pg uint32, key store.Key) (store.Op, error) {
+	m := s.serving.Load()
+	v := m.VolumeByID(key.Vol)
+	return s.repair(ctx, m, v, &v.PGs[pg], key)
+}
