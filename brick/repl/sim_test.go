@@ -24,6 +24,15 @@ package repl
 //
 // and at the end of a calm phase: no member is left syncing, and the
 // members of every PG agree.
+//
+// Besides writes and reads, clients ask a primary to swap a key's entry,
+// as the erasure coder swaps a block's put for a ref (brick/ref.go
+// swapToRefs): it reads the entry without a lock, then later, admitted
+// as a write holding the key, replaces it by an entry with the same
+// content and a new seq if its seq is unchanged. Every entry carries the
+// seq of the write whose content it holds (origin), and the durability
+// and read checks hold on origins too: a swap never brings back content
+// older than an acknowledged write.
 
 import (
 	"cmp"
@@ -54,11 +63,12 @@ type simOpts struct {
 	Duration, Calm                       int64 // faults for Duration, then Calm without
 	Loss                                 float64
 	Faults                               bool
-	Legacy                               struct{ SelfMiss, Reconcile bool }
+	Swaps                                bool // clients also swap entries (coderSwap)
+	Legacy                               struct{ SelfMiss, Reconcile, SwapAnySeq bool }
 }
 
 func defaultSimOpts() simOpts {
-	return simOpts{Bricks: 4, Replicas: 3, PGs: 2, Keys: 8, Clients: 5, Duration: 40000 * ms, Calm: 30000 * ms, Loss: 0.02, Faults: true}
+	return simOpts{Bricks: 4, Replicas: 3, PGs: 2, Keys: 8, Clients: 5, Duration: 40000 * ms, Calm: 30000 * ms, Loss: 0.02, Faults: true, Swaps: true}
 }
 
 type simEvent struct {
@@ -205,7 +215,9 @@ func (c *simCoord) tick() {
 
 // ---- bricks ----
 
-type simEntry struct{ seq, val uint64 }
+// simEntry is a stored entry: its seq, and its content (val) with the
+// seq of the write that made it (origin: seq itself but for a swap's).
+type simEntry struct{ seq, val, origin uint64 }
 
 // simLock is a brick's pgLock (brick/pglock.go) for one PG: whole-PG work
 // takes it exclusively (key wholePG); requests take one key, exclusive
@@ -504,8 +516,8 @@ func (b *simBrick) done() {
 var errUnknown = refuse(Unreconciled, "no answer")
 
 type simResult struct {
-	seq, val uint64
-	err      error
+	seq, val, origin uint64
+	err              error
 }
 
 // admit is Server.admit: the core's checks, a reconciliation if the lead
@@ -553,7 +565,7 @@ func (b *simBrick) clientWrite(c string, epoch, key, val uint64, reply func(simR
 			}
 			p := m.Volumes[0].PGs[k.PG]
 			b.w.logf("%s: write key %d seq %x val %d to %v", b.name, key, seq, val, p.Bricks)
-			b.replicate(m, k, p, key, simEntry{seq, val}, func(out Outcome, err error) {
+			b.replicate(m, k, p, key, simEntry{seq, val, seq}, func(out Outcome, err error) {
 				b.unlock(k, int64(key), true)
 				b.drain()
 				b.done()
@@ -564,6 +576,56 @@ func (b *simBrick) clientWrite(c string, epoch, key, val uint64, reply func(simR
 			})
 		}, failDone)
 	}, fail)
+}
+
+// coderSwap is Server.swapToRefs of one key: read its entry now without a
+// lock (the coder's read), then after a while, under the serving map,
+// admitted as a write by the coder's writer holding the key, replace it
+// by one with the same content and a new seq through replicate, if its
+// seq is unchanged (with Legacy.SwapAnySeq: regardless). It answers the
+// new seq, or seq 0 if nothing was swapped.
+func (b *simBrick) coderSwap(epoch, key uint64, reply func(simResult)) {
+	read, ok := b.store[key]
+	if !ok {
+		reply(simResult{})
+		return
+	}
+	fail := func(err error) { reply(simResult{err: err}) }
+	b.w.at(b.w.rng.Int64N(50*ms), b.guard(func() {
+		b.begin(epoch, key, func(m *clustermap.Map) {
+			k := pgOfKey(m, key)
+			failDone := func(err error) { b.done(); fail(err) }
+			b.admit(m, k, Request{PG: k, Epoch: epoch, Writer: &Writer{ID: "plumeria.ec", Epoch: 1}, Now: b.w.now}, int64(key), true, func() {
+				finish := func(r simResult) {
+					b.unlock(k, int64(key), true)
+					b.drain()
+					b.done()
+					reply(r)
+				}
+				if cur := b.store[key]; cur.seq != read.seq && !b.w.opts.Legacy.SwapAnySeq {
+					finish(simResult{}) // changed since the read: left alone
+					return
+				}
+				seq, reserve, err := b.core.NextSeq(m.Epoch)
+				if err != nil {
+					finish(simResult{err: err})
+					return
+				}
+				if reserve > 0 {
+					b.reserved = max(b.reserved, reserve)
+					b.core.Reserved(reserve)
+				}
+				p := m.Volumes[0].PGs[k.PG]
+				b.w.logf("%s: swap key %d seq %x (read %x, origin %x) to %v", b.name, key, seq, read.seq, read.origin, p.Bricks)
+				b.replicate(m, k, p, key, simEntry{seq, read.val, read.origin}, func(out Outcome, err error) {
+					if err == nil && !out.OK {
+						err = refuse(Faulty, "not acknowledged (retry %v)", out.Retry)
+					}
+					finish(simResult{seq: seq, err: err})
+				})
+			}, failDone)
+		}, fail)
+	}))
 }
 
 // replicate applies the op here and at every other member, and decides
@@ -655,7 +717,7 @@ func (b *simBrick) clientRead(epoch, key uint64, reply func(simResult)) {
 			e := b.store[key]
 			b.unlock(k, int64(key), false)
 			b.done()
-			reply(simResult{seq: e.seq, val: e.val})
+			reply(simResult{seq: e.seq, val: e.val, origin: e.origin})
 		}, func(err error) { b.done(); fail(err) })
 	}, fail)
 }
@@ -930,7 +992,9 @@ func (c *simClient) run() {
 	key := uint64(w.rng.IntN(w.opts.Keys))
 	k := pgOfKey(c.m, key)
 	primary := w.brick(c.m.Volumes[0].PGs[k.PG].Primary())
-	write := w.rng.IntN(10) < 6
+	kind := w.rng.IntN(10)
+	write := kind < 6
+	swap := w.opts.Swaps && kind == 9
 	start := w.now
 	answered := false
 	finish := func(r simResult) {
@@ -944,12 +1008,17 @@ func (c *simClient) run() {
 			w.at(5*ms+w.rng.Int64N(20*ms), c.run)
 			return
 		}
-		if write {
+		switch {
+		case swap && r.seq != 0:
+			w.stats["swaps"]++
+		case swap:
+			w.stats["swaps skipped"]++
+		case write:
 			w.stats["acked writes"]++
 			w.check.acked(key, r.seq, w.now)
-		} else {
+		default:
 			w.stats["reads"]++
-			w.check.read(key, r.seq, start, w.now)
+			w.check.read(key, r.origin, start, w.now)
 		}
 		w.at(w.rng.Int64N(10*ms), c.run)
 	}
@@ -962,9 +1031,12 @@ func (c *simClient) run() {
 				return
 			}
 			back := func(r simResult) { w.send(primary.name, c.id, func() { finish(r) }) }
-			if write {
+			switch {
+			case swap:
+				primary.coderSwap(epoch, key, back)
+			case write:
 				primary.clientWrite(c.id, epoch, key, val, back)
-			} else {
+			default:
 				primary.clientRead(epoch, key, back)
 			}
 		})
@@ -1008,6 +1080,8 @@ func maxBefore(list []simAt, t int64) uint64 {
 	return list[i-1].seq
 }
 
+// read checks a read of key that returned the content of the write of
+// seq (its entry's origin).
 func (k *simCheck) read(key, seq uint64, start, end int64) {
 	if want := maxBefore(k.acks[key], start); seq < want {
 		k.w.fail("read of key %d returned seq %x, older than the write acknowledged before it started (%x)", key, seq, want)
@@ -1048,8 +1122,12 @@ func (k *simCheck) after() {
 		want := acks[len(acks)-1].seq
 		pg := pgOfKey(m, key)
 		for _, t := range k.inSync[pg.PG] {
-			if got := k.w.brick(t).store[key].seq; got < want {
-				k.w.fail("in-sync member %s of pg %d holds seq %x of key %d, below the acknowledged %x", t, pg.PG, got, key, want)
+			got := k.w.brick(t).store[key]
+			if got.seq < want {
+				k.w.fail("in-sync member %s of pg %d holds seq %x of key %d, below the acknowledged %x", t, pg.PG, got.seq, key, want)
+			}
+			if got.origin < want {
+				k.w.fail("in-sync member %s of pg %d holds key %d at seq %x with the content of write %x, older than the acknowledged %x", t, pg.PG, key, got.seq, got.origin, want)
 			}
 		}
 	}
@@ -1214,7 +1292,7 @@ func TestSimulator(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds: %v", seeds, total)
-	if total["acked writes"] == 0 || total["reads"] == 0 || total["crashes"] == 0 {
+	if total["acked writes"] == 0 || total["reads"] == 0 || total["crashes"] == 0 || total["swaps"] == 0 || total["swaps skipped"] == 0 {
 		t.Fatalf("the simulator did no work: %v", total)
 	}
 }
@@ -1228,6 +1306,7 @@ func TestSimulatorFindsRevertedFixes(t *testing.T) {
 	}{
 		{"primary missing a write its backups applied", func(o *simOpts) { o.Legacy.SelfMiss = true }},
 		{"new primary serving without reconciling", func(o *simOpts) { o.Legacy.Reconcile = true }},
+		{"coder swapping an entry changed since its read", func(o *simOpts) { o.Legacy.SwapAnySeq = true }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 200; seed++ {
