@@ -18,10 +18,10 @@ import (
 //	PermissionDenied    the writer is fenced: never retry
 //	InvalidArgument     malformed request: never retry
 //	NotFound            unknown volume or snapshot
-//	DataLoss            a block is corrupt here and on every replica
+//	DataLoss            a block is corrupt here and on every replica, or
+//	                    a ref names a stripe the map lacks
 //	ResourceExhausted   a store is full
-//	Unimplemented       a read met a ref this brick cannot resolve yet
-//	                    (resolveRef): never retry
+//	Unimplemented       a request this build does not serve
 //
 // The decisions come from the replication core (brick/repl) as typed
 // refusals; codeOf is the one place that maps them to codes.

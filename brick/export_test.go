@@ -28,3 +28,7 @@ func (s *Server) Repair(ctx context.Context, pg uint32, key store.Key) (store.Op
 	v := m.VolumeByID(key.Vol)
 	return s.repair(ctx, m, v, &v.PGs[pg], key)
 }
+
+// DropStripeCache forgets the shards this brick cached, so the next read
+// of a coded block fetches (or rebuilds) its shard.
+func (s *Server) DropStripeCache() { s.stripes = newStripeCache(stripeCacheBytes) }

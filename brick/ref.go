@@ -28,17 +28,15 @@ import (
 // back to a put) is an ordinary write of the block.
 
 // resolveRef returns the data of block of volume vol whose live entry at
-// this brick is the ref payload ref. Not yet: stripes are read by a later
-// slice, so it refuses with Unimplemented (the volume client gives up on
-// it at once, naming the block), or DataLoss for a payload that is not a
-// ref.
+// this brick is the ref payload ref: read from the stripe it names, or
+// rebuilt from the stripe's other shards (stripe.go readCoded). DataLoss
+// for a payload that is not a ref.
 func (s *Server) resolveRef(ctx context.Context, vol, block uint64, ref []byte) ([]byte, error) {
 	r, err := ec.DecodeRef(ref)
 	if err != nil {
 		return nil, status.Errorf(codes.DataLoss, "block %d/%d holds a bad ref %x: %v", vol, block, ref, err)
 	}
-	return nil, status.Errorf(codes.Unimplemented, "block %d/%d is erasure-coded (stripe %d of stripe group %d, %d blocks per shard): this brick cannot resolve stripes yet",
-		vol, block, r.StripeSeq, r.SG, r.Len)
+	return s.readCoded(ctx, vol, block, r)
 }
 
 // coderWriter is the writer id a swap's changes carry (fencing applies to

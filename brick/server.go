@@ -24,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/plumeria-fs/plumeria/brick/ec"
 	"github.com/plumeria-fs/plumeria/brick/repl"
 	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
@@ -57,8 +58,14 @@ type Server struct {
 	log   *slog.Logger
 	store *store.Store
 	peers *peers
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	// stripes caches shards read for coded blocks (stripe.go); coders
+	// holds one Reed-Solomon coder per profile and chunk size.
+	stopOnce sync.Once
+	stripes  *stripeCache
+	codersMu sync.Mutex
+	coders   map[[3]int]*ec.Coder
+	stop     chan struct{}
+	wg       sync.WaitGroup
 
 	runCtx    context.Context // background work; cancelled by Stop
 	cancelRun context.CancelFunc
@@ -132,7 +139,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
+		peers: newPeers(), stripes: newStripeCache(stripeCacheBytes), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
 		served: make(chan struct{}), kick: make(chan struct{}, 1), beat: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.replicaFailed = s.reportReplicaFailed
@@ -183,12 +190,14 @@ func (s *Server) ctx() context.Context { return s.runCtx }
 
 // Stop stops background work and closes the store.
 func (s *Server) Stop() {
-	close(s.stop)
-	memory.remove(s)
-	s.cancelRun()
-	s.wg.Wait()
-	s.peers.close()
-	s.store.Close()
+	s.stopOnce.Do(func() {
+		close(s.stop)
+		memory.remove(s)
+		s.cancelRun()
+		s.wg.Wait()
+		s.peers.close()
+		s.store.Close()
+	})
 }
 
 // Store exposes the local store (for status and tests).

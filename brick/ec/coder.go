@@ -50,8 +50,9 @@ func NewCoder(p Profile, chunkBytes int) (*Coder, error) {
 
 // Encode codes the live bytes of a chunk, chunk[0:len(chunk)] (its live
 // blocks are [0, n) with n = ceil(len(chunk)/BlockBytes)), into K+M shards
-// of ShardLen(n) blocks each: data shard j is the chunk's bytes from
-// j·ShardBytes(), zero-padded past len(chunk), and parity codes them; a
+// of ShardLen(n) blocks each: data shard j holds the chunk's blocks j,
+// j+K, j+2K, ... (Geometry.BlockAt), zero-padded past len(chunk), and
+// parity codes them; a
 // mirror's shards are M+1 copies of data shard 0. An empty chunk gives
 // empty shards (len 0). The shards share one new allocation; chunk is not
 // retained. It returns an error wrapping ErrInvalid if chunk is longer
@@ -70,9 +71,9 @@ func (c *Coder) Encode(chunk []byte) ([][]byte, error) {
 		return shards, nil
 	}
 	shards := reedsolomon.AllocAligned(c.p.Shards(), size)
-	for j := range c.p.K {
-		lo := min(j*c.ShardBytes(), len(chunk))
-		copy(shards[j], chunk[lo:min(lo+size, len(chunk))])
+	for b := range n {
+		j, o := c.BlockPlace(b)
+		copy(shards[j][o*BlockBytes:(o+1)*BlockBytes], chunk[b*BlockBytes:min((b+1)*BlockBytes, len(chunk))])
 	}
 	if c.rs == nil {
 		for i := 1; i < len(shards); i++ {

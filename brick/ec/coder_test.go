@@ -40,7 +40,7 @@ func randomChunk(rng *rand.Rand) []byte {
 }
 
 // encode encodes chunk and checks the layout: K+M shards of ShardLen(n)
-// blocks, data shard j the chunk's bytes from j·U zero-padded, mirror
+// blocks, data shard j the chunk's blocks j, j+K, ... zero-padded, mirror
 // copies equal, parity consistent.
 func encode(t *testing.T, c *Coder, chunk []byte) [][]byte {
 	t.Helper()
@@ -53,8 +53,6 @@ func encode(t *testing.T, c *Coder, chunk []byte) [][]byte {
 	if len(shards) != c.Profile().Shards() {
 		t.Fatalf("%v: %d shards", c.Profile(), len(shards))
 	}
-	padded := make([]byte, c.Profile().K*c.ShardBytes())
-	copy(padded, chunk)
 	for i, s := range shards {
 		if len(s) != size {
 			t.Fatalf("%v, %d bytes: shard %d of %d bytes, want %d", c.Profile(), len(chunk), i, len(s), size)
@@ -63,8 +61,13 @@ func encode(t *testing.T, c *Coder, chunk []byte) [][]byte {
 		if c.Profile().Mirror() {
 			j = 0
 		}
-		if j < c.Profile().K && !bytes.Equal(s, padded[j*c.ShardBytes():][:size]) {
-			t.Fatalf("%v, %d bytes: data shard %d is not the chunk's bytes", c.Profile(), len(chunk), i)
+		if j >= c.Profile().K {
+			continue
+		}
+		for o := range size / BlockBytes {
+			if !bytes.Equal(s[o*BlockBytes:(o+1)*BlockBytes], chunkBlock(c, chunk, j, o)) {
+				t.Fatalf("%v, %d bytes: data shard %d offset %d is not the chunk's block", c.Profile(), len(chunk), i, o)
+			}
 		}
 	}
 	if size > 0 {
@@ -343,7 +346,7 @@ func TestEmptyChunk(t *testing.T) {
 
 func TestShardSetErrors(t *testing.T) {
 	c := newTestCoder(t, Profile{4, 2})
-	shards := encode(t, c, make([]byte, 3*BlockBytes))
+	shards := encode(t, c, make([]byte, 12*BlockBytes)) // 3 blocks per shard
 	uneven := erase(shards, nil)
 	uneven[2] = uneven[2][:BlockBytes]
 	partial := blocksAt(shards, 0)

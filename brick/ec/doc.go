@@ -5,11 +5,14 @@
 // A stripe is one chunk of a placement group (limits.ChunkBytesDefault,
 // 1 MiB), coded by the PG's primary into K data shards and M parity shards
 // that live on the K+M bricks of a stripe group: the brick at position i of
-// the group holds shard i. Data shard j is the j-th run of ShardBlocks
-// consecutive blocks of the chunk (a shard unit U = roundup(ChunkBytes/K,
-// 4 KiB)), so a healthy read of a block touches one brick, and a degraded
-// read of one 4 KiB block needs the blocks at the same offset of K other
-// shards only (Coder works on any shard length, a single block included).
+// the group holds shard i. Blocks go round-robin: data shard j holds blocks
+// j, j+K, j+2K, ... of the chunk (at most a shard unit U =
+// roundup(ChunkBytes/K, 4 KiB)), so a chunk with n live blocks stores
+// ceil(n/K) blocks per shard and a small file costs (K+M)/K of its size
+// like a large one; a degraded read of one 4 KiB block needs the blocks at
+// the same offset of K other shards only (Coder works on any shard length,
+// a single block included). The price: a healthy read of several blocks
+// touches up to K bricks (in parallel), not one.
 // Profile K=1 is a mirror: M full copies of the data, no coding.
 //
 // A stripe stores len blocks per shard explicitly (Geometry.ShardLen); the
@@ -25,6 +28,6 @@
 // Each shard block is checked by the brick store's per-record crc32c, which
 // turns a corrupt block into a missing one before it reaches this package.
 //
-// Nothing in the repository uses this package yet: coding, shard RPCs and
-// ref-aware reads come in slices 3 and 4 of docs/plan-j.md.
+// The brick uses it: brick/stripe.go codes chunks and reads them back,
+// brick/shard.go stores shards.
 package ec

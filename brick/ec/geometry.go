@@ -11,11 +11,13 @@ const BlockBytes = limits.BlockBytes
 
 // Geometry places the blocks of one chunk in the shards of its stripe.
 // Blocks and offsets count BlockBytes from the start of the chunk and of
-// the shard. With S = ShardBlocks() (the shard unit U = S·BlockBytes =
-// roundup(ChunkBytes/K, BlockBytes)), block b lives in data shard b/S at
-// offset b%S; the last data shards may hold fewer than S blocks of the
-// chunk, or none, and read as zeros past its end. Parity shard i (K ≤ i <
-// K+M) at offset o codes the K data blocks at offset o.
+// the shard. Blocks go round-robin: block b lives in data shard b%K at
+// offset b/K, so a chunk whose live data is its first n blocks stores
+// ceil(n/K) blocks per shard (a small file costs (K+M)/K of its size, as a
+// full chunk does). A shard holds at most S = ShardBlocks() =
+// ceil(ChunkBlocks/K) blocks (the shard unit U = S·BlockBytes); positions
+// past the chunk's end read as zeros. Parity shard i (K ≤ i < K+M) at
+// offset o codes the K data blocks at offset o.
 type Geometry struct {
 	p           Profile
 	chunkBlocks int
@@ -59,7 +61,7 @@ func (g Geometry) BlockPlace(b int) (j, o int) {
 	if b < 0 || b >= g.chunkBlocks {
 		panic(fmt.Sprintf("ec: block %d outside a chunk of %d blocks", b, g.chunkBlocks))
 	}
-	return b / g.shardBlocks, b % g.shardBlocks
+	return b % g.p.K, b / g.p.K
 }
 
 // BlockAt is the inverse of BlockPlace: the block of the chunk at offset o
@@ -71,7 +73,7 @@ func (g Geometry) BlockAt(j, o int) (b int, ok bool) {
 	if j < 0 || j >= g.p.K || o < 0 || o >= g.shardBlocks {
 		return 0, false
 	}
-	b = j*g.shardBlocks + o
+	b = o*g.p.K + j
 	return b, b < g.chunkBlocks
 }
 
@@ -86,5 +88,5 @@ func (g Geometry) ShardLen(n int) int {
 	if n < 0 || n > g.chunkBlocks {
 		panic(fmt.Sprintf("ec: %d live blocks in a chunk of %d", n, g.chunkBlocks))
 	}
-	return min(n, g.shardBlocks)
+	return (n + g.p.K - 1) / g.p.K
 }

@@ -126,7 +126,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{68, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70, 0}
 }
 
 type JoinRequest struct {
@@ -2612,6 +2612,142 @@ func (x *StatusResponse) GetTimeUnixNs() int64 {
 	return 0
 }
 
+type RelayoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Chunk         uint64                 `protobuf:"varint,4,opt,name=chunk,proto3" json:"chunk,omitempty"`     // chunk index: byte offset / chunk size
+	Profile       uint32                 `protobuf:"varint,5,opt,name=profile,proto3" json:"profile,omitempty"` // a profile id of the volume (not 0)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayoutRequest) Reset() {
+	*x = RelayoutRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayoutRequest) ProtoMessage() {}
+
+func (x *RelayoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayoutRequest.ProtoReflect.Descriptor instead.
+func (*RelayoutRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *RelayoutRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *RelayoutRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *RelayoutRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *RelayoutRequest) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *RelayoutRequest) GetProfile() uint32 {
+	if x != nil {
+		return x.Profile
+	}
+	return 0
+}
+
+type RelayoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Swapped       uint32                 `protobuf:"varint,1,opt,name=swapped,proto3" json:"swapped,omitempty"`                            // blocks that are now refs to the new stripe
+	Changed       uint32                 `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`                            // blocks written or decommitted meanwhile, left as they were
+	StripeBytes   int64                  `protobuf:"varint,3,opt,name=stripe_bytes,json=stripeBytes,proto3" json:"stripe_bytes,omitempty"` // shard bytes stored, all K+M shards
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RelayoutResponse) Reset() {
+	*x = RelayoutResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RelayoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RelayoutResponse) ProtoMessage() {}
+
+func (x *RelayoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RelayoutResponse.ProtoReflect.Descriptor instead.
+func (*RelayoutResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *RelayoutResponse) GetSwapped() uint32 {
+	if x != nil {
+		return x.Swapped
+	}
+	return 0
+}
+
+func (x *RelayoutResponse) GetChanged() uint32 {
+	if x != nil {
+		return x.Changed
+	}
+	return 0
+}
+
+func (x *RelayoutResponse) GetStripeBytes() int64 {
+	if x != nil {
+		return x.StripeBytes
+	}
+	return 0
+}
+
 // A stripe's shard on one member: shard index = the brick's position in
 // stripe group sg; the stripe is (chunk, stripe_seq). first is the shard
 // block the data starts at (a shard holds up to ShardLen blocks).
@@ -2631,7 +2767,7 @@ type ShardPutRequest struct {
 
 func (x *ShardPutRequest) Reset() {
 	*x = ShardPutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +2779,7 @@ func (x *ShardPutRequest) String() string {
 func (*ShardPutRequest) ProtoMessage() {}
 
 func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +2792,7 @@ func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutRequest.ProtoReflect.Descriptor instead.
 func (*ShardPutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ShardPutRequest) GetMapEpoch() uint64 {
@@ -2723,7 +2859,7 @@ type ShardPutResponse struct {
 
 func (x *ShardPutResponse) Reset() {
 	*x = ShardPutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2871,7 @@ func (x *ShardPutResponse) String() string {
 func (*ShardPutResponse) ProtoMessage() {}
 
 func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2884,7 @@ func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutResponse.ProtoReflect.Descriptor instead.
 func (*ShardPutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 type ShardReadRequest struct {
@@ -2767,7 +2903,7 @@ type ShardReadRequest struct {
 
 func (x *ShardReadRequest) Reset() {
 	*x = ShardReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2915,7 @@ func (x *ShardReadRequest) String() string {
 func (*ShardReadRequest) ProtoMessage() {}
 
 func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2928,7 @@ func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadRequest.ProtoReflect.Descriptor instead.
 func (*ShardReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ShardReadRequest) GetMapEpoch() uint64 {
@@ -2865,7 +3001,7 @@ type ShardReadResponse struct {
 
 func (x *ShardReadResponse) Reset() {
 	*x = ShardReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3013,7 @@ func (x *ShardReadResponse) String() string {
 func (*ShardReadResponse) ProtoMessage() {}
 
 func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3026,7 @@ func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadResponse.ProtoReflect.Descriptor instead.
 func (*ShardReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ShardReadResponse) GetData() []byte {
@@ -2927,7 +3063,7 @@ type ShardDeleteRequest struct {
 
 func (x *ShardDeleteRequest) Reset() {
 	*x = ShardDeleteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3075,7 @@ func (x *ShardDeleteRequest) String() string {
 func (*ShardDeleteRequest) ProtoMessage() {}
 
 func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3088,7 @@ func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteRequest.ProtoReflect.Descriptor instead.
 func (*ShardDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ShardDeleteRequest) GetMapEpoch() uint64 {
@@ -2998,7 +3134,7 @@ type ShardDeleteResponse struct {
 
 func (x *ShardDeleteResponse) Reset() {
 	*x = ShardDeleteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3010,7 +3146,7 @@ func (x *ShardDeleteResponse) String() string {
 func (*ShardDeleteResponse) ProtoMessage() {}
 
 func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3023,7 +3159,7 @@ func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteResponse.ProtoReflect.Descriptor instead.
 func (*ShardDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 type ShardInventoryRequest struct {
@@ -3037,7 +3173,7 @@ type ShardInventoryRequest struct {
 
 func (x *ShardInventoryRequest) Reset() {
 	*x = ShardInventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3049,7 +3185,7 @@ func (x *ShardInventoryRequest) String() string {
 func (*ShardInventoryRequest) ProtoMessage() {}
 
 func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3062,7 +3198,7 @@ func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryRequest.ProtoReflect.Descriptor instead.
 func (*ShardInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardInventoryRequest) GetMapEpoch() uint64 {
@@ -3095,7 +3231,7 @@ type ShardInventoryResponse struct {
 
 func (x *ShardInventoryResponse) Reset() {
 	*x = ShardInventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3243,7 @@ func (x *ShardInventoryResponse) String() string {
 func (*ShardInventoryResponse) ProtoMessage() {}
 
 func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3256,7 @@ func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryResponse.ProtoReflect.Descriptor instead.
 func (*ShardInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShardInventoryResponse) GetStripes() []*StripeBlocks {
@@ -3141,7 +3277,7 @@ type StripeBlocks struct {
 
 func (x *StripeBlocks) Reset() {
 	*x = StripeBlocks{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3153,7 +3289,7 @@ func (x *StripeBlocks) String() string {
 func (*StripeBlocks) ProtoMessage() {}
 
 func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3166,7 +3302,7 @@ func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StripeBlocks.ProtoReflect.Descriptor instead.
 func (*StripeBlocks) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StripeBlocks) GetChunk() uint64 {
@@ -3201,7 +3337,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3349,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3362,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *Writer) GetId() string {
@@ -3277,7 +3413,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3425,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3438,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -3385,7 +3521,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3533,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3546,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -3466,7 +3602,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3478,7 +3614,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3491,7 +3627,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -3524,7 +3660,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3536,7 +3672,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3549,7 +3685,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -3577,7 +3713,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3589,7 +3725,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3602,7 +3738,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -3663,7 +3799,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3675,7 +3811,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3688,7 +3824,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -3716,7 +3852,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3728,7 +3864,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3741,7 +3877,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -3801,7 +3937,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3949,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3962,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
 }
 
 // BlockVersionsRequest names one block by a byte offset in it.
@@ -3842,7 +3978,7 @@ type BlockVersionsRequest struct {
 
 func (x *BlockVersionsRequest) Reset() {
 	*x = BlockVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +3990,7 @@ func (x *BlockVersionsRequest) String() string {
 func (*BlockVersionsRequest) ProtoMessage() {}
 
 func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +4003,7 @@ func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
 func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
@@ -3910,7 +4046,7 @@ type BlockVersionsResponse struct {
 
 func (x *BlockVersionsResponse) Reset() {
 	*x = BlockVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4058,7 @@ func (x *BlockVersionsResponse) String() string {
 func (*BlockVersionsResponse) ProtoMessage() {}
 
 func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4071,7 @@ func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
@@ -3969,7 +4105,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3981,7 +4117,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3994,7 +4130,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
@@ -4066,7 +4202,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4078,7 +4214,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4091,7 +4227,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *PruneVersionsResponse) GetBlocks() int64 {
@@ -4133,7 +4269,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4145,7 +4281,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4158,7 +4294,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -4211,7 +4347,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4359,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4372,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -4296,7 +4432,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4308,7 +4444,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4321,7 +4457,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
 }
 
 type InventoryRequest struct {
@@ -4335,7 +4471,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4347,7 +4483,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4360,7 +4496,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -4399,7 +4535,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4547,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4560,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -4464,7 +4600,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4476,7 +4612,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4489,7 +4625,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -4517,7 +4653,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4529,7 +4665,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4542,7 +4678,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -4596,7 +4732,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4608,7 +4744,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4621,7 +4757,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -4642,7 +4778,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4790,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4803,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -4706,7 +4842,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4718,7 +4854,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4731,7 +4867,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -4776,7 +4912,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +4924,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +4937,7 @@ func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{65, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{67, 0}
 }
 
 func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
@@ -4997,7 +5133,17 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12 \n" +
 	"\ftime_unix_ns\x18\x02 \x01(\x03R\n" +
-	"timeUnixNs\"\xc5\x01\n" +
+	"timeUnixNs\"\x80\x01\n" +
+	"\x0fRelayoutRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x14\n" +
+	"\x05chunk\x18\x04 \x01(\x04R\x05chunk\x12\x18\n" +
+	"\aprofile\x18\x05 \x01(\rR\aprofile\"i\n" +
+	"\x10RelayoutResponse\x12\x18\n" +
+	"\aswapped\x18\x01 \x01(\rR\aswapped\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\rR\achanged\x12!\n" +
+	"\fstripe_bytes\x18\x03 \x01(\x03R\vstripeBytes\"\xc5\x01\n" +
 	"\x0fShardPutRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -5185,7 +5331,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xb5\b\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xfe\b\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -5201,7 +5347,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\bShardPut\x12\x1c.plumeria.v1.ShardPutRequest\x1a\x1d.plumeria.v1.ShardPutResponse\x12J\n" +
 	"\tShardRead\x12\x1d.plumeria.v1.ShardReadRequest\x1a\x1e.plumeria.v1.ShardReadResponse\x12P\n" +
 	"\vShardDelete\x12\x1f.plumeria.v1.ShardDeleteRequest\x1a .plumeria.v1.ShardDeleteResponse\x12[\n" +
-	"\x0eShardInventory\x12\".plumeria.v1.ShardInventoryRequest\x1a#.plumeria.v1.ShardInventoryResponse0\x01B-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"\x0eShardInventory\x12\".plumeria.v1.ShardInventoryRequest\x1a#.plumeria.v1.ShardInventoryResponse0\x01\x12G\n" +
+	"\bRelayout\x12\x1c.plumeria.v1.RelayoutRequest\x1a\x1d.plumeria.v1.RelayoutResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -5216,7 +5363,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -5266,60 +5413,62 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*CloseSessionResponse)(nil),          // 45: plumeria.v1.CloseSessionResponse
 	(*StatusRequest)(nil),                 // 46: plumeria.v1.StatusRequest
 	(*StatusResponse)(nil),                // 47: plumeria.v1.StatusResponse
-	(*ShardPutRequest)(nil),               // 48: plumeria.v1.ShardPutRequest
-	(*ShardPutResponse)(nil),              // 49: plumeria.v1.ShardPutResponse
-	(*ShardReadRequest)(nil),              // 50: plumeria.v1.ShardReadRequest
-	(*ShardReadResponse)(nil),             // 51: plumeria.v1.ShardReadResponse
-	(*ShardDeleteRequest)(nil),            // 52: plumeria.v1.ShardDeleteRequest
-	(*ShardDeleteResponse)(nil),           // 53: plumeria.v1.ShardDeleteResponse
-	(*ShardInventoryRequest)(nil),         // 54: plumeria.v1.ShardInventoryRequest
-	(*ShardInventoryResponse)(nil),        // 55: plumeria.v1.ShardInventoryResponse
-	(*StripeBlocks)(nil),                  // 56: plumeria.v1.StripeBlocks
-	(*Writer)(nil),                        // 57: plumeria.v1.Writer
-	(*WriteRequest)(nil),                  // 58: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),                 // 59: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                        // 60: plumeria.v1.Extent
-	(*WriteResponse)(nil),                 // 61: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                   // 62: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                  // 63: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),               // 64: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),              // 65: plumeria.v1.DecommitResponse
-	(*BlockVersionsRequest)(nil),          // 66: plumeria.v1.BlockVersionsRequest
-	(*BlockVersionsResponse)(nil),         // 67: plumeria.v1.BlockVersionsResponse
-	(*PruneVersionsRequest)(nil),          // 68: plumeria.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),         // 69: plumeria.v1.PruneVersionsResponse
-	(*BlockOp)(nil),                       // 70: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 71: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 72: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 73: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 74: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 75: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 76: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 77: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 78: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 79: plumeria.v1.FetchBlockResponse
-	nil,                                   // 80: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 81: plumeria.v1.BlockVersionsResponse.Version
+	(*RelayoutRequest)(nil),               // 48: plumeria.v1.RelayoutRequest
+	(*RelayoutResponse)(nil),              // 49: plumeria.v1.RelayoutResponse
+	(*ShardPutRequest)(nil),               // 50: plumeria.v1.ShardPutRequest
+	(*ShardPutResponse)(nil),              // 51: plumeria.v1.ShardPutResponse
+	(*ShardReadRequest)(nil),              // 52: plumeria.v1.ShardReadRequest
+	(*ShardReadResponse)(nil),             // 53: plumeria.v1.ShardReadResponse
+	(*ShardDeleteRequest)(nil),            // 54: plumeria.v1.ShardDeleteRequest
+	(*ShardDeleteResponse)(nil),           // 55: plumeria.v1.ShardDeleteResponse
+	(*ShardInventoryRequest)(nil),         // 56: plumeria.v1.ShardInventoryRequest
+	(*ShardInventoryResponse)(nil),        // 57: plumeria.v1.ShardInventoryResponse
+	(*StripeBlocks)(nil),                  // 58: plumeria.v1.StripeBlocks
+	(*Writer)(nil),                        // 59: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 60: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 61: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 62: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 63: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 64: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 65: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 66: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 67: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 68: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 69: plumeria.v1.BlockVersionsResponse
+	(*PruneVersionsRequest)(nil),          // 70: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 71: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 72: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 73: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 74: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 75: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 76: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 77: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 78: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 79: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 80: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 81: plumeria.v1.FetchBlockResponse
+	nil,                                   // 82: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 83: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	80, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	82, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
 	10, // 4: plumeria.v1.HeartbeatRequest.volume_bytes:type_name -> plumeria.v1.VolumeBytes
 	31, // 5: plumeria.v1.EnsureProfileRequest.profile:type_name -> plumeria.v1.Profile
-	56, // 6: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
-	57, // 7: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	60, // 8: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	57, // 9: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	57, // 10: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	81, // 11: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	57, // 12: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	58, // 6: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
+	59, // 7: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	62, // 8: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	59, // 9: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	59, // 10: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	83, // 11: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	59, // 12: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 13: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	57, // 14: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	70, // 15: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	74, // 16: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	70, // 17: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	59, // 14: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	72, // 15: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	76, // 16: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	72, // 17: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
 	2,  // 18: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
 	4,  // 19: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
 	6,  // 20: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
@@ -5341,57 +5490,59 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	40, // 36: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
 	42, // 37: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
 	44, // 38: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	58, // 39: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	59, // 40: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	62, // 41: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	64, // 42: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	71, // 43: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	73, // 44: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	76, // 45: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	78, // 46: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	66, // 47: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	68, // 48: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	48, // 49: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
-	50, // 50: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
-	52, // 51: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
-	54, // 52: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
-	3,  // 53: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 54: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 55: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	12, // 56: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	14, // 57: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	16, // 58: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	18, // 59: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	20, // 60: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	22, // 61: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	24, // 62: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	26, // 63: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	28, // 64: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	30, // 65: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	33, // 66: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
-	35, // 67: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
-	37, // 68: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	47, // 69: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	39, // 70: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	41, // 71: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	43, // 72: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	45, // 73: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	61, // 74: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	61, // 75: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	63, // 76: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	65, // 77: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	72, // 78: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	75, // 79: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	77, // 80: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	79, // 81: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	67, // 82: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	69, // 83: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	49, // 84: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
-	51, // 85: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
-	53, // 86: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
-	55, // 87: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
-	53, // [53:88] is the sub-list for method output_type
-	18, // [18:53] is the sub-list for method input_type
+	60, // 39: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	61, // 40: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	64, // 41: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	66, // 42: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	73, // 43: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	75, // 44: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	78, // 45: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	80, // 46: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	68, // 47: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	70, // 48: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	50, // 49: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
+	52, // 50: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
+	54, // 51: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
+	56, // 52: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
+	48, // 53: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
+	3,  // 54: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 55: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 56: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 57: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 58: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 59: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 60: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 61: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 62: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 63: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 64: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 65: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 66: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	33, // 67: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
+	35, // 68: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
+	37, // 69: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	47, // 70: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	39, // 71: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	41, // 72: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	43, // 73: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	45, // 74: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	63, // 75: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	63, // 76: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	65, // 77: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	67, // 78: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	74, // 79: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	77, // 80: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	79, // 81: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	81, // 82: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	69, // 83: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	71, // 84: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	51, // 85: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
+	53, // 86: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
+	55, // 87: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
+	57, // 88: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
+	49, // 89: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
+	54, // [54:90] is the sub-list for method output_type
+	18, // [18:54] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -5408,7 +5559,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   80,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -968,6 +968,7 @@ const (
 	Brick_ShardRead_FullMethodName      = "/plumeria.v1.Brick/ShardRead"
 	Brick_ShardDelete_FullMethodName    = "/plumeria.v1.Brick/ShardDelete"
 	Brick_ShardInventory_FullMethodName = "/plumeria.v1.Brick/ShardInventory"
+	Brick_Relayout_FullMethodName       = "/plumeria.v1.Brick/Relayout"
 )
 
 // BrickClient is the client API for Brick service.
@@ -1008,6 +1009,12 @@ type BrickClient interface {
 	ShardDelete(ctx context.Context, in *ShardDeleteRequest, opts ...grpc.CallOption) (*ShardDeleteResponse, error)
 	// ShardInventory lists the stripes a member holds for a stripe group.
 	ShardInventory(ctx context.Context, in *ShardInventoryRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ShardInventoryResponse], error)
+	// Relayout (client → primary) moves the live blocks of one chunk into a
+	// stripe of the volume's profile (clustermap.EnsureProfile admits it):
+	// the primary codes them, stores the shards and swaps each block that
+	// did not change meanwhile for a ref. Admitted like a write of the
+	// chunk; the blocks read the same before, during and after.
+	Relayout(ctx context.Context, in *RelayoutRequest, opts ...grpc.CallOption) (*RelayoutResponse, error)
 }
 
 type brickClient struct {
@@ -1176,6 +1183,16 @@ func (c *brickClient) ShardInventory(ctx context.Context, in *ShardInventoryRequ
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Brick_ShardInventoryClient = grpc.ServerStreamingClient[ShardInventoryResponse]
 
+func (c *brickClient) Relayout(ctx context.Context, in *RelayoutRequest, opts ...grpc.CallOption) (*RelayoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RelayoutResponse)
+	err := c.cc.Invoke(ctx, Brick_Relayout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1214,6 +1231,12 @@ type BrickServer interface {
 	ShardDelete(context.Context, *ShardDeleteRequest) (*ShardDeleteResponse, error)
 	// ShardInventory lists the stripes a member holds for a stripe group.
 	ShardInventory(*ShardInventoryRequest, grpc.ServerStreamingServer[ShardInventoryResponse]) error
+	// Relayout (client → primary) moves the live blocks of one chunk into a
+	// stripe of the volume's profile (clustermap.EnsureProfile admits it):
+	// the primary codes them, stores the shards and swaps each block that
+	// did not change meanwhile for a ref. Admitted like a write of the
+	// chunk; the blocks read the same before, during and after.
+	Relayout(context.Context, *RelayoutRequest) (*RelayoutResponse, error)
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1265,6 +1288,9 @@ func (UnimplementedBrickServer) ShardDelete(context.Context, *ShardDeleteRequest
 }
 func (UnimplementedBrickServer) ShardInventory(*ShardInventoryRequest, grpc.ServerStreamingServer[ShardInventoryResponse]) error {
 	return status.Error(codes.Unimplemented, "method ShardInventory not implemented")
+}
+func (UnimplementedBrickServer) Relayout(context.Context, *RelayoutRequest) (*RelayoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Relayout not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1525,6 +1551,24 @@ func _Brick_ShardInventory_Handler(srv interface{}, stream grpc.ServerStream) er
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Brick_ShardInventoryServer = grpc.ServerStreamingServer[ShardInventoryResponse]
 
+func _Brick_Relayout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RelayoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).Relayout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_Relayout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).Relayout(ctx, req.(*RelayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1579,6 +1623,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ShardDelete",
 			Handler:    _Brick_ShardDelete_Handler,
+		},
+		{
+			MethodName: "Relayout",
+			Handler:    _Brick_Relayout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

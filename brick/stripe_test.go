@@ -1,0 +1,155 @@
+package brick_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/brick/ec"
+	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/testseed"
+)
+
+// TestCodedChunks: 4 MiB and a bit written to a volume are moved into 4+2
+// stripes (Relayout); the home replicas then hold refs, and every byte
+// reads back: from the stripes, after two shards of a stripe are lost
+// (rebuilt from the other four, and the read shard written back), with a
+// member down, after a partial overwrite of a coded block, and in a
+// snapshot taken before the relayout.
+func TestCodedChunks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	seed := testseed.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	tc := newTestCluster(t, 6, time.Hour)
+	v := createVolume(t, tc.cl, "ec", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	size := 4<<20 + 123<<10
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := v.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	var resp *pb.EnsureProfileResponse
+	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
+		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "ec", Profile: &pb.Profile{K: 4, M: 2}})
+		return err
+	})
+	st, err := v.Relayout(ctx, 0, uint64(size), uint16(resp.Id), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := int64((size + limits.BlockBytes - 1) / limits.BlockBytes)
+	if st.Chunks != 5 || st.Coded != 5 || st.Swapped != blocks || st.Changed != 0 {
+		t.Fatalf("relayout: %+v, want 5 chunks coded and %d blocks swapped", st, blocks)
+	}
+	// 4 full chunks: 6 shards of 256 KiB each; the last 123 KiB chunk: 6 × 32 KiB.
+	if want := int64(4*6*256<<10 + 6*32<<10); st.StripeBytes != want {
+		t.Fatalf("stripe bytes %d, want %d (1.5x of the data, rounded to blocks per shard)", st.StripeBytes, want)
+	}
+	check := func(what string) {
+		t.Helper()
+		got := make([]byte, size)
+		if err := v.ReadAt(ctx, got, 0); err != nil {
+			t.Fatalf("%s: read: %v", what, err)
+		}
+		if !bytes.Equal(got, data) {
+			i := 0
+			for got[i] == data[i] {
+				i++
+			}
+			t.Fatalf("%s: first wrong byte at %d", what, i)
+		}
+	}
+	check("after relayout")
+
+	m := clusterMap(t, tc.cl)
+	vol := m.Volume("ec")
+	pg := vol.PGOf(0)
+	primary := tc.brick(vol.PGs[pg].Primary())
+	_, e, err := primary.Store().Latest(vol.ID, 0, ^uint64(0))
+	if err != nil || !e.Ref {
+		t.Fatalf("block 0 at the primary: ref %v, err %v", e.Ref, err)
+	}
+	refBytes, _, _ := primary.Store().Latest(vol.ID, 0, ^uint64(0))
+	ref, err := ec.DecodeRef(refBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := vol.SGs[ref.SG]
+
+	// Lose two shards of chunk 0's stripe: shard 0 (block 0's) and a parity.
+	for _, shard := range []int{0, 5} {
+		cl := brickClient(t, m, g.Bricks[shard])
+		if _, err := cl.ShardDelete(ctx, &pb.ShardDeleteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(ref.SG), Chunk: 0, StripeSeq: ref.StripeSeq}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, b := range tc.bricks {
+		b.DropStripeCache()
+	}
+	check("two shards lost")
+	r, err := brickClient(t, m, g.Bricks[0]).ShardRead(ctx, &pb.ShardReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(ref.SG),
+		Shard: 0, Chunk: 0, StripeSeq: ref.StripeSeq, Blocks: uint32(ref.Len)})
+	var shard0 []byte // blocks 0, 4, 8, ... (round-robin over the 4 data shards)
+	for o := range int(ref.Len) {
+		shard0 = append(shard0, data[4*o*limits.BlockBytes:(4*o+1)*limits.BlockBytes]...)
+	}
+	if err != nil || len(r.Missing) != 0 || !bytes.Equal(r.Data, shard0) {
+		t.Fatalf("shard 0 not repaired by the read: missing %v, err %v", r.GetMissing(), err)
+	}
+
+	// A partial overwrite of a coded block merges into its stripe data.
+	patch := []byte("written over a coded block")
+	off := 3*limits.BlockBytes + 100
+	if err := v.WriteAt(ctx, patch, uint64(off)); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[off:], patch)
+	for _, b := range tc.bricks {
+		b.DropStripeCache()
+	}
+	check("after a partial overwrite")
+
+	// A member of the stripe group that holds no replica of chunk 0's PG
+	// goes down: its shards are rebuilt on the fly.
+	var down string
+	for _, b := range g.Bricks[1:4] {
+		if !slices.Contains(vol.PGs[pg].Bricks, b) {
+			down = b
+			break
+		}
+	}
+	if down == "" {
+		t.Skip("every data member of the stripe group is a home replica of chunk 0")
+	}
+	tc.brick(down).Stop()
+	for _, b := range tc.bricks {
+		b.DropStripeCache()
+	}
+	got := make([]byte, 1<<20)
+	if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data[:1<<20]) {
+		t.Fatalf("chunk 0 with %s down: err %v, equal %v", down, err, bytes.Equal(got, data[:1<<20]))
+	}
+}
+
+// brickClient dials brick name of m for the rest of the test.
+func brickClient(t *testing.T, m *clustermap.Map, name string) pb.BrickClient {
+	t.Helper()
+	conn, err := coordclient.Dial(m.Brick(name).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewBrickClient(conn)
+}
