@@ -3,8 +3,10 @@ package brick_test
 import (
 	"bytes"
 	"context"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,11 +47,24 @@ func TestCodedChunks(t *testing.T) {
 		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "ec", Profile: &pb.Profile{K: 4, M: 2}})
 		return err
 	})
-	st, err := v.Relayout(ctx, 0, uint64(size), uint16(resp.Id), nil)
+	blocks := int64((size + limits.BlockBytes - 1) / limits.BlockBytes)
+	layout := func(want map[uint16]int64) {
+		t.Helper()
+		got, err := v.Layout(ctx, 0, uint64(size)+5<<20) // past the data too
+		if err != nil || !maps.Equal(got, want) {
+			t.Fatalf("layout %v, err %v; want %v", got, err, want)
+		}
+	}
+	layout(map[uint16]int64{0: blocks})
+	var done, total atomic.Int64
+	st, err := v.Relayout(ctx, 0, uint64(size), uint16(resp.Id), func(d, n int64) { done.Store(d); total.Store(n) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := int64((size + limits.BlockBytes - 1) / limits.BlockBytes)
+	if done.Load() != 5 || total.Load() != 5 {
+		t.Fatalf("progress %d of %d, want 5 of 5", done.Load(), total.Load())
+	}
+	layout(map[uint16]int64{uint16(resp.Id): blocks})
 	if st.Chunks != 5 || st.Coded != 5 || st.Swapped != blocks || st.Changed != 0 {
 		t.Fatalf("relayout: %+v, want 5 chunks coded and %d blocks swapped", st, blocks)
 	}

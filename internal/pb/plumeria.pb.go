@@ -126,7 +126,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{70, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73, 0}
 }
 
 type JoinRequest struct {
@@ -2612,6 +2612,178 @@ func (x *StatusResponse) GetTimeUnixNs() int64 {
 	return 0
 }
 
+type LayoutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Offset        uint64                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length        uint64                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayoutRequest) Reset() {
+	*x = LayoutRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayoutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayoutRequest) ProtoMessage() {}
+
+func (x *LayoutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayoutRequest.ProtoReflect.Descriptor instead.
+func (*LayoutRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *LayoutRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *LayoutRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *LayoutRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *LayoutRequest) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *LayoutRequest) GetLength() uint64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+type ProfileBlocks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       uint32                 `protobuf:"varint,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	Blocks        int64                  `protobuf:"varint,2,opt,name=blocks,proto3" json:"blocks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileBlocks) Reset() {
+	*x = ProfileBlocks{}
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileBlocks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileBlocks) ProtoMessage() {}
+
+func (x *ProfileBlocks) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileBlocks.ProtoReflect.Descriptor instead.
+func (*ProfileBlocks) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ProfileBlocks) GetProfile() uint32 {
+	if x != nil {
+		return x.Profile
+	}
+	return 0
+}
+
+func (x *ProfileBlocks) GetBlocks() int64 {
+	if x != nil {
+		return x.Blocks
+	}
+	return 0
+}
+
+type LayoutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profiles      []*ProfileBlocks       `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayoutResponse) Reset() {
+	*x = LayoutResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayoutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayoutResponse) ProtoMessage() {}
+
+func (x *LayoutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayoutResponse.ProtoReflect.Descriptor instead.
+func (*LayoutResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *LayoutResponse) GetProfiles() []*ProfileBlocks {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
 type RelayoutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
@@ -2625,7 +2797,7 @@ type RelayoutRequest struct {
 
 func (x *RelayoutRequest) Reset() {
 	*x = RelayoutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2637,7 +2809,7 @@ func (x *RelayoutRequest) String() string {
 func (*RelayoutRequest) ProtoMessage() {}
 
 func (x *RelayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2650,7 +2822,7 @@ func (x *RelayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayoutRequest.ProtoReflect.Descriptor instead.
 func (*RelayoutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RelayoutRequest) GetMapEpoch() uint64 {
@@ -2699,7 +2871,7 @@ type RelayoutResponse struct {
 
 func (x *RelayoutResponse) Reset() {
 	*x = RelayoutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2883,7 @@ func (x *RelayoutResponse) String() string {
 func (*RelayoutResponse) ProtoMessage() {}
 
 func (x *RelayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2896,7 @@ func (x *RelayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayoutResponse.ProtoReflect.Descriptor instead.
 func (*RelayoutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RelayoutResponse) GetSwapped() uint32 {
@@ -2767,7 +2939,7 @@ type ShardPutRequest struct {
 
 func (x *ShardPutRequest) Reset() {
 	*x = ShardPutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +2951,7 @@ func (x *ShardPutRequest) String() string {
 func (*ShardPutRequest) ProtoMessage() {}
 
 func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +2964,7 @@ func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutRequest.ProtoReflect.Descriptor instead.
 func (*ShardPutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ShardPutRequest) GetMapEpoch() uint64 {
@@ -2859,7 +3031,7 @@ type ShardPutResponse struct {
 
 func (x *ShardPutResponse) Reset() {
 	*x = ShardPutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2871,7 +3043,7 @@ func (x *ShardPutResponse) String() string {
 func (*ShardPutResponse) ProtoMessage() {}
 
 func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2884,7 +3056,7 @@ func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutResponse.ProtoReflect.Descriptor instead.
 func (*ShardPutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 type ShardReadRequest struct {
@@ -2903,7 +3075,7 @@ type ShardReadRequest struct {
 
 func (x *ShardReadRequest) Reset() {
 	*x = ShardReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2915,7 +3087,7 @@ func (x *ShardReadRequest) String() string {
 func (*ShardReadRequest) ProtoMessage() {}
 
 func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2928,7 +3100,7 @@ func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadRequest.ProtoReflect.Descriptor instead.
 func (*ShardReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ShardReadRequest) GetMapEpoch() uint64 {
@@ -3001,7 +3173,7 @@ type ShardReadResponse struct {
 
 func (x *ShardReadResponse) Reset() {
 	*x = ShardReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3185,7 @@ func (x *ShardReadResponse) String() string {
 func (*ShardReadResponse) ProtoMessage() {}
 
 func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3198,7 @@ func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadResponse.ProtoReflect.Descriptor instead.
 func (*ShardReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardReadResponse) GetData() []byte {
@@ -3063,7 +3235,7 @@ type ShardDeleteRequest struct {
 
 func (x *ShardDeleteRequest) Reset() {
 	*x = ShardDeleteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3075,7 +3247,7 @@ func (x *ShardDeleteRequest) String() string {
 func (*ShardDeleteRequest) ProtoMessage() {}
 
 func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3088,7 +3260,7 @@ func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteRequest.ProtoReflect.Descriptor instead.
 func (*ShardDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShardDeleteRequest) GetMapEpoch() uint64 {
@@ -3134,7 +3306,7 @@ type ShardDeleteResponse struct {
 
 func (x *ShardDeleteResponse) Reset() {
 	*x = ShardDeleteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3318,7 @@ func (x *ShardDeleteResponse) String() string {
 func (*ShardDeleteResponse) ProtoMessage() {}
 
 func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3331,7 @@ func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteResponse.ProtoReflect.Descriptor instead.
 func (*ShardDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 type ShardInventoryRequest struct {
@@ -3173,7 +3345,7 @@ type ShardInventoryRequest struct {
 
 func (x *ShardInventoryRequest) Reset() {
 	*x = ShardInventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3185,7 +3357,7 @@ func (x *ShardInventoryRequest) String() string {
 func (*ShardInventoryRequest) ProtoMessage() {}
 
 func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3198,7 +3370,7 @@ func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryRequest.ProtoReflect.Descriptor instead.
 func (*ShardInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardInventoryRequest) GetMapEpoch() uint64 {
@@ -3231,7 +3403,7 @@ type ShardInventoryResponse struct {
 
 func (x *ShardInventoryResponse) Reset() {
 	*x = ShardInventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3243,7 +3415,7 @@ func (x *ShardInventoryResponse) String() string {
 func (*ShardInventoryResponse) ProtoMessage() {}
 
 func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3256,7 +3428,7 @@ func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryResponse.ProtoReflect.Descriptor instead.
 func (*ShardInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShardInventoryResponse) GetStripes() []*StripeBlocks {
@@ -3277,7 +3449,7 @@ type StripeBlocks struct {
 
 func (x *StripeBlocks) Reset() {
 	*x = StripeBlocks{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3461,7 @@ func (x *StripeBlocks) String() string {
 func (*StripeBlocks) ProtoMessage() {}
 
 func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3474,7 @@ func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StripeBlocks.ProtoReflect.Descriptor instead.
 func (*StripeBlocks) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StripeBlocks) GetChunk() uint64 {
@@ -3337,7 +3509,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3521,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3534,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Writer) GetId() string {
@@ -3413,7 +3585,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3597,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3610,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -3521,7 +3693,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3533,7 +3705,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3546,7 +3718,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -3602,7 +3774,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3786,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3799,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -3660,7 +3832,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3672,7 +3844,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3685,7 +3857,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -3713,7 +3885,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3897,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3910,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -3799,7 +3971,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3983,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3996,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -3852,7 +4024,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3864,7 +4036,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3877,7 +4049,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -3937,7 +4109,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4121,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4134,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
 }
 
 // BlockVersionsRequest names one block by a byte offset in it.
@@ -3978,7 +4150,7 @@ type BlockVersionsRequest struct {
 
 func (x *BlockVersionsRequest) Reset() {
 	*x = BlockVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3990,7 +4162,7 @@ func (x *BlockVersionsRequest) String() string {
 func (*BlockVersionsRequest) ProtoMessage() {}
 
 func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4003,7 +4175,7 @@ func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
 func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
@@ -4046,7 +4218,7 @@ type BlockVersionsResponse struct {
 
 func (x *BlockVersionsResponse) Reset() {
 	*x = BlockVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4230,7 @@ func (x *BlockVersionsResponse) String() string {
 func (*BlockVersionsResponse) ProtoMessage() {}
 
 func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4243,7 @@ func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
@@ -4105,7 +4277,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4117,7 +4289,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4130,7 +4302,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
@@ -4202,7 +4374,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4214,7 +4386,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4227,7 +4399,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PruneVersionsResponse) GetBlocks() int64 {
@@ -4269,7 +4441,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4453,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4466,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -4347,7 +4519,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4531,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4544,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -4432,7 +4604,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4616,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4629,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
 }
 
 type InventoryRequest struct {
@@ -4471,7 +4643,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4483,7 +4655,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4496,7 +4668,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -4535,7 +4707,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4547,7 +4719,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4560,7 +4732,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -4600,7 +4772,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4612,7 +4784,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4625,7 +4797,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -4653,7 +4825,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4837,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4850,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -4732,7 +4904,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4744,7 +4916,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4757,7 +4929,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -4778,7 +4950,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[78]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4790,7 +4962,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[78]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4803,7 +4975,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{78}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -4842,7 +5014,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4854,7 +5026,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4867,7 +5039,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{79}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -4912,7 +5084,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[81]
+	mi := &file_proto_plumeria_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4924,7 +5096,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[81]
+	mi := &file_proto_plumeria_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4937,7 +5109,7 @@ func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{67, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70, 0}
 }
 
 func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
@@ -5133,7 +5305,18 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12 \n" +
 	"\ftime_unix_ns\x18\x02 \x01(\x03R\n" +
-	"timeUnixNs\"\x80\x01\n" +
+	"timeUnixNs\"~\n" +
+	"\rLayoutRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x04R\x06length\"A\n" +
+	"\rProfileBlocks\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\rR\aprofile\x12\x16\n" +
+	"\x06blocks\x18\x02 \x01(\x03R\x06blocks\"H\n" +
+	"\x0eLayoutResponse\x126\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x1a.plumeria.v1.ProfileBlocksR\bprofiles\"\x80\x01\n" +
 	"\x0fRelayoutRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -5331,7 +5514,7 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xfe\b\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xc1\t\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -5348,7 +5531,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\tShardRead\x12\x1d.plumeria.v1.ShardReadRequest\x1a\x1e.plumeria.v1.ShardReadResponse\x12P\n" +
 	"\vShardDelete\x12\x1f.plumeria.v1.ShardDeleteRequest\x1a .plumeria.v1.ShardDeleteResponse\x12[\n" +
 	"\x0eShardInventory\x12\".plumeria.v1.ShardInventoryRequest\x1a#.plumeria.v1.ShardInventoryResponse0\x01\x12G\n" +
-	"\bRelayout\x12\x1c.plumeria.v1.RelayoutRequest\x1a\x1d.plumeria.v1.RelayoutResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"\bRelayout\x12\x1c.plumeria.v1.RelayoutRequest\x1a\x1d.plumeria.v1.RelayoutResponse\x12A\n" +
+	"\x06Layout\x12\x1a.plumeria.v1.LayoutRequest\x1a\x1b.plumeria.v1.LayoutResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -5363,7 +5547,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -5413,139 +5597,145 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*CloseSessionResponse)(nil),          // 45: plumeria.v1.CloseSessionResponse
 	(*StatusRequest)(nil),                 // 46: plumeria.v1.StatusRequest
 	(*StatusResponse)(nil),                // 47: plumeria.v1.StatusResponse
-	(*RelayoutRequest)(nil),               // 48: plumeria.v1.RelayoutRequest
-	(*RelayoutResponse)(nil),              // 49: plumeria.v1.RelayoutResponse
-	(*ShardPutRequest)(nil),               // 50: plumeria.v1.ShardPutRequest
-	(*ShardPutResponse)(nil),              // 51: plumeria.v1.ShardPutResponse
-	(*ShardReadRequest)(nil),              // 52: plumeria.v1.ShardReadRequest
-	(*ShardReadResponse)(nil),             // 53: plumeria.v1.ShardReadResponse
-	(*ShardDeleteRequest)(nil),            // 54: plumeria.v1.ShardDeleteRequest
-	(*ShardDeleteResponse)(nil),           // 55: plumeria.v1.ShardDeleteResponse
-	(*ShardInventoryRequest)(nil),         // 56: plumeria.v1.ShardInventoryRequest
-	(*ShardInventoryResponse)(nil),        // 57: plumeria.v1.ShardInventoryResponse
-	(*StripeBlocks)(nil),                  // 58: plumeria.v1.StripeBlocks
-	(*Writer)(nil),                        // 59: plumeria.v1.Writer
-	(*WriteRequest)(nil),                  // 60: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),                 // 61: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                        // 62: plumeria.v1.Extent
-	(*WriteResponse)(nil),                 // 63: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                   // 64: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                  // 65: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),               // 66: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),              // 67: plumeria.v1.DecommitResponse
-	(*BlockVersionsRequest)(nil),          // 68: plumeria.v1.BlockVersionsRequest
-	(*BlockVersionsResponse)(nil),         // 69: plumeria.v1.BlockVersionsResponse
-	(*PruneVersionsRequest)(nil),          // 70: plumeria.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),         // 71: plumeria.v1.PruneVersionsResponse
-	(*BlockOp)(nil),                       // 72: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 73: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 74: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 75: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 76: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 77: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 78: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 79: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 80: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 81: plumeria.v1.FetchBlockResponse
-	nil,                                   // 82: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 83: plumeria.v1.BlockVersionsResponse.Version
+	(*LayoutRequest)(nil),                 // 48: plumeria.v1.LayoutRequest
+	(*ProfileBlocks)(nil),                 // 49: plumeria.v1.ProfileBlocks
+	(*LayoutResponse)(nil),                // 50: plumeria.v1.LayoutResponse
+	(*RelayoutRequest)(nil),               // 51: plumeria.v1.RelayoutRequest
+	(*RelayoutResponse)(nil),              // 52: plumeria.v1.RelayoutResponse
+	(*ShardPutRequest)(nil),               // 53: plumeria.v1.ShardPutRequest
+	(*ShardPutResponse)(nil),              // 54: plumeria.v1.ShardPutResponse
+	(*ShardReadRequest)(nil),              // 55: plumeria.v1.ShardReadRequest
+	(*ShardReadResponse)(nil),             // 56: plumeria.v1.ShardReadResponse
+	(*ShardDeleteRequest)(nil),            // 57: plumeria.v1.ShardDeleteRequest
+	(*ShardDeleteResponse)(nil),           // 58: plumeria.v1.ShardDeleteResponse
+	(*ShardInventoryRequest)(nil),         // 59: plumeria.v1.ShardInventoryRequest
+	(*ShardInventoryResponse)(nil),        // 60: plumeria.v1.ShardInventoryResponse
+	(*StripeBlocks)(nil),                  // 61: plumeria.v1.StripeBlocks
+	(*Writer)(nil),                        // 62: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 63: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 64: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 65: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 66: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 67: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 68: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 69: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 70: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 71: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 72: plumeria.v1.BlockVersionsResponse
+	(*PruneVersionsRequest)(nil),          // 73: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 74: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 75: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 76: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 77: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 78: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 79: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 80: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 81: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 82: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 83: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 84: plumeria.v1.FetchBlockResponse
+	nil,                                   // 85: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 86: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	82, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	85, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
 	10, // 4: plumeria.v1.HeartbeatRequest.volume_bytes:type_name -> plumeria.v1.VolumeBytes
 	31, // 5: plumeria.v1.EnsureProfileRequest.profile:type_name -> plumeria.v1.Profile
-	58, // 6: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
-	59, // 7: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	62, // 8: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	59, // 9: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	59, // 10: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	83, // 11: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	59, // 12: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 13: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	59, // 14: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	72, // 15: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	76, // 16: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	72, // 17: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 18: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 19: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 20: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 21: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	13, // 22: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	15, // 23: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	17, // 24: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	19, // 25: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	21, // 26: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	23, // 27: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	25, // 28: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	27, // 29: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	29, // 30: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	32, // 31: plumeria.v1.Coordinator.EnsureProfile:input_type -> plumeria.v1.EnsureProfileRequest
-	34, // 32: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
-	36, // 33: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	46, // 34: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	38, // 35: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	40, // 36: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	42, // 37: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	44, // 38: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	60, // 39: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	61, // 40: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	64, // 41: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	66, // 42: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	73, // 43: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	75, // 44: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	78, // 45: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	80, // 46: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	68, // 47: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	70, // 48: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	50, // 49: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
-	52, // 50: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
-	54, // 51: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
-	56, // 52: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
-	48, // 53: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
-	3,  // 54: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 55: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 56: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	12, // 57: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	14, // 58: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	16, // 59: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	18, // 60: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	20, // 61: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	22, // 62: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	24, // 63: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	26, // 64: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	28, // 65: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	30, // 66: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	33, // 67: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
-	35, // 68: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
-	37, // 69: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	47, // 70: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	39, // 71: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	41, // 72: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	43, // 73: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	45, // 74: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	63, // 75: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	63, // 76: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	65, // 77: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	67, // 78: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	74, // 79: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	77, // 80: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	79, // 81: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	81, // 82: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	69, // 83: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	71, // 84: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	51, // 85: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
-	53, // 86: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
-	55, // 87: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
-	57, // 88: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
-	49, // 89: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
-	54, // [54:90] is the sub-list for method output_type
-	18, // [18:54] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	49, // 6: plumeria.v1.LayoutResponse.profiles:type_name -> plumeria.v1.ProfileBlocks
+	61, // 7: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
+	62, // 8: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	65, // 9: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	62, // 10: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	62, // 11: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	86, // 12: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	62, // 13: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 14: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	62, // 15: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	75, // 16: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	79, // 17: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	75, // 18: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 19: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 20: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 21: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 22: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	13, // 23: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	15, // 24: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	17, // 25: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	19, // 26: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	21, // 27: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	23, // 28: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	25, // 29: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	27, // 30: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	29, // 31: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	32, // 32: plumeria.v1.Coordinator.EnsureProfile:input_type -> plumeria.v1.EnsureProfileRequest
+	34, // 33: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
+	36, // 34: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	46, // 35: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	38, // 36: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	40, // 37: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	42, // 38: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	44, // 39: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	63, // 40: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	64, // 41: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	67, // 42: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	69, // 43: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	76, // 44: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	78, // 45: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	81, // 46: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	83, // 47: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	71, // 48: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	73, // 49: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	53, // 50: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
+	55, // 51: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
+	57, // 52: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
+	59, // 53: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
+	51, // 54: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
+	48, // 55: plumeria.v1.Brick.Layout:input_type -> plumeria.v1.LayoutRequest
+	3,  // 56: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 57: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 58: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 59: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 60: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 61: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 62: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 63: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 64: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 65: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 66: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 67: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 68: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	33, // 69: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
+	35, // 70: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
+	37, // 71: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	47, // 72: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	39, // 73: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	41, // 74: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	43, // 75: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	45, // 76: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	66, // 77: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	66, // 78: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	68, // 79: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	70, // 80: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	77, // 81: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	80, // 82: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	82, // 83: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	84, // 84: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	72, // 85: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	74, // 86: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	54, // 87: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
+	56, // 88: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
+	58, // 89: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
+	60, // 90: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
+	52, // 91: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
+	50, // 92: plumeria.v1.Brick.Layout:output_type -> plumeria.v1.LayoutResponse
+	56, // [56:93] is the sub-list for method output_type
+	19, // [19:56] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -5559,7 +5749,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   82,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -969,6 +969,7 @@ const (
 	Brick_ShardDelete_FullMethodName    = "/plumeria.v1.Brick/ShardDelete"
 	Brick_ShardInventory_FullMethodName = "/plumeria.v1.Brick/ShardInventory"
 	Brick_Relayout_FullMethodName       = "/plumeria.v1.Brick/Relayout"
+	Brick_Layout_FullMethodName         = "/plumeria.v1.Brick/Layout"
 )
 
 // BrickClient is the client API for Brick service.
@@ -1015,6 +1016,11 @@ type BrickClient interface {
 	// did not change meanwhile for a ref. Admitted like a write of the
 	// chunk; the blocks read the same before, during and after.
 	Relayout(ctx context.Context, in *RelayoutRequest, opts ...grpc.CallOption) (*RelayoutResponse, error)
+	// Layout (client → primary) counts the live blocks of [offset,
+	// offset+length) in the PG by where their data is: profile 0 for home
+	// blocks (puts), else the profile of the stripe a ref names. A snapshot
+	// of the primary's index, not serialized with writes.
+	Layout(ctx context.Context, in *LayoutRequest, opts ...grpc.CallOption) (*LayoutResponse, error)
 }
 
 type brickClient struct {
@@ -1193,6 +1199,16 @@ func (c *brickClient) Relayout(ctx context.Context, in *RelayoutRequest, opts ..
 	return out, nil
 }
 
+func (c *brickClient) Layout(ctx context.Context, in *LayoutRequest, opts ...grpc.CallOption) (*LayoutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LayoutResponse)
+	err := c.cc.Invoke(ctx, Brick_Layout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1237,6 +1253,11 @@ type BrickServer interface {
 	// did not change meanwhile for a ref. Admitted like a write of the
 	// chunk; the blocks read the same before, during and after.
 	Relayout(context.Context, *RelayoutRequest) (*RelayoutResponse, error)
+	// Layout (client → primary) counts the live blocks of [offset,
+	// offset+length) in the PG by where their data is: profile 0 for home
+	// blocks (puts), else the profile of the stripe a ref names. A snapshot
+	// of the primary's index, not serialized with writes.
+	Layout(context.Context, *LayoutRequest) (*LayoutResponse, error)
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1291,6 +1312,9 @@ func (UnimplementedBrickServer) ShardInventory(*ShardInventoryRequest, grpc.Serv
 }
 func (UnimplementedBrickServer) Relayout(context.Context, *RelayoutRequest) (*RelayoutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Relayout not implemented")
+}
+func (UnimplementedBrickServer) Layout(context.Context, *LayoutRequest) (*LayoutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Layout not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1569,6 +1593,24 @@ func _Brick_Relayout_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brick_Layout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LayoutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).Layout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_Layout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).Layout(ctx, req.(*LayoutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1627,6 +1669,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Relayout",
 			Handler:    _Brick_Relayout_Handler,
+		},
+		{
+			MethodName: "Layout",
+			Handler:    _Brick_Layout_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
