@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"time"
@@ -104,6 +105,17 @@ type VolumeStatus struct {
 	// (-1: no brick has reported the volume yet, and both are 0).
 	LiveBytes        int64 `json:"live_bytes"`
 	HistoryBytes     int64 `json:"history_bytes"`
+	// StripeBytes: the shard bytes of the volume's stripes (erasure coding),
+	// summed over the up bricks as LiveBytes is; the blocks they hold count
+	// in LiveBytes only as their refs (65 bytes each).
+	StripeBytes int64 `json:"stripe_bytes,omitempty"`
+	// Profiles: the redundancies the volume's stripes use (clustermap.Profile).
+	Profiles []string `json:"profiles,omitempty"`
+	// StripeGroups, DegradedStripeGroups, SyncingStripeGroups: the volume's
+	// stripe groups, those with a member down, and those being rebuilt.
+	StripeGroups         int `json:"stripe_groups,omitempty"`
+	DegradedStripeGroups int `json:"degraded_stripe_groups,omitempty"`
+	SyncingStripeGroups  int `json:"syncing_stripe_groups,omitempty"`
 	SpaceReportMsAgo int64 `json:"space_report_ms_ago"`
 }
 
@@ -160,6 +172,7 @@ func (s *Server) status(now time.Time) Status {
 	for _, v := range m.Volumes {
 		vs := volumeStatus(m, v, s.mu.usage)
 		vs.LiveBytes, vs.HistoryBytes, vs.SpaceReportMsAgo = volumeSpaceSum(m, v.ID, s.mu.usage, now)
+		vs.StripeBytes = stripeSpaceSum(m, v.ID, s.mu.usage)
 		st.Volumes = append(st.Volumes, vs)
 	}
 	return st
@@ -172,7 +185,21 @@ func (s *Server) status(now time.Time) Status {
 // none of it. A PG's chunks are the most any in-sync member reported.
 func volumeStatus(m *clustermap.Map, v clustermap.Volume, usage map[string]brickUsage) VolumeStatus {
 	vs := VolumeStatus{Name: v.Name, ID: v.ID, Replicas: v.Replicas, ChunkBytes: v.ChunkBytes, PGs: len(v.PGs), Gen: v.Gen, FileVersions: v.FileVersions,
-		Class: v.Class, Domain: v.Domain}
+		Class: v.Class, Domain: v.Domain, StripeGroups: len(v.SGs)}
+	for _, p := range v.Profiles {
+		vs.Profiles = append(vs.Profiles, fmt.Sprintf("%d:%s", p.ID, p))
+	}
+	for _, g := range v.SGs {
+		if len(g.Syncing) > 0 {
+			vs.SyncingStripeGroups++
+		}
+		for _, b := range g.Bricks {
+			if mb := m.Brick(b); mb == nil || mb.State != clustermap.BrickUp {
+				vs.DegradedStripeGroups++
+				break
+			}
+		}
+	}
 	for i, p := range v.PGs {
 		var chunks int64
 		live := 0
@@ -220,6 +247,17 @@ func volumeSpaceSum(m *clustermap.Map, vol uint64, usage map[string]brickUsage, 
 	return live, history, ageMs
 }
 
+// stripeSpaceSum sums the up bricks' latest counts of vol's stripe bytes.
+func stripeSpaceSum(m *clustermap.Map, vol uint64, usage map[string]brickUsage) int64 {
+	var sum int64
+	for name, u := range usage {
+		if b := m.Brick(name); b != nil && b.State == clustermap.BrickUp {
+			sum += u.space[vol].stripe
+		}
+	}
+	return sum
+}
+
 // mergeSpace returns a brick's counts after a heartbeat at now carrying
 // got: old's, replaced by got's for the volumes got has, without volumes
 // m no longer has.
@@ -234,7 +272,7 @@ func mergeSpace(old map[uint64]volumeSpace, got []*pb.VolumeBytes, m *clustermap
 		if m.VolumeByID(vb.Vol) == nil {
 			continue
 		}
-		out[vb.Vol] = volumeSpace{live: vb.LiveBytes, history: vb.HistoryBytes, taken: now.Add(-time.Duration(max(vb.AgeMs, 0)) * time.Millisecond)}
+		out[vb.Vol] = volumeSpace{live: vb.LiveBytes, history: vb.HistoryBytes, stripe: vb.StripeBytes, taken: now.Add(-time.Duration(max(vb.AgeMs, 0)) * time.Millisecond)}
 	}
 	return out
 }

@@ -120,7 +120,7 @@ func printStatus(st *coord.Status) {
 		balanced = "rebalancing"
 	}
 	fmt.Fprintf(w, "balance: PG replicas per class in proportion to capacity (TARGET); largest deviation %.2f (%s)\n", st.Balance.Deviation, balanced)
-	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tPLACEMENT\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSNAPSHOTS")
+	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tPLACEMENT\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSTRIPES\tSNAPSHOTS")
 	for _, v := range st.Volumes {
 		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)
 		if v.UnavailablePGs > 0 {
@@ -137,6 +137,13 @@ func printStatus(st *coord.Status) {
 			snaps += " [" + sc.String() + "]"
 		}
 		live, history := spaceColumns(v)
+		stripes := "-"
+		if v.StripeGroups > 0 {
+			stripes = fmt.Sprintf("%s in %d groups", humanBytes(v.StripeBytes), v.StripeGroups)
+			if v.DegradedStripeGroups > 0 || v.SyncingStripeGroups > 0 {
+				stripes += fmt.Sprintf(" (%d degraded, %d rebuilding)", v.DegradedStripeGroups, v.SyncingStripeGroups)
+			}
+		}
 		place := "host"
 		if v.Domain != "" {
 			place = v.Domain
@@ -144,8 +151,8 @@ func printStatus(st *coord.Status) {
 		if v.Class != "" {
 			place += ",class=" + v.Class
 		}
-		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\n", v.Name, v.Replicas, place, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs,
-			live, history, snaps)
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d\t%d\t%s\t%d\t%s\t%s\t%s\t%s\n", v.Name, v.Replicas, place, humanBytes(int64(v.ChunkBytes)), v.PGs, v.Chunks, deg, v.SyncingPGs,
+			live, history, stripes, snaps)
 	}
 	w.Flush()
 }

@@ -609,7 +609,10 @@ type VolumeBytes struct {
 	HistoryBytes int64                  `protobuf:"varint,3,opt,name=history_bytes,json=historyBytes,proto3" json:"history_bytes,omitempty"` // every other put: kept for snapshots and file versions
 	// age_ms: how long before the heartbeat was sent the count started (the
 	// receiver dates it by its own clock).
-	AgeMs         int64 `protobuf:"varint,4,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	AgeMs int64 `protobuf:"varint,4,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	// stripe_bytes: shard records of the volume's stripes on this brick
+	// (erasure coding: data moved out of the home PGs), every stripe it holds.
+	StripeBytes   int64 `protobuf:"varint,5,opt,name=stripe_bytes,json=stripeBytes,proto3" json:"stripe_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -668,6 +671,13 @@ func (x *VolumeBytes) GetHistoryBytes() int64 {
 func (x *VolumeBytes) GetAgeMs() int64 {
 	if x != nil {
 		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *VolumeBytes) GetStripeBytes() int64 {
+	if x != nil {
+		return x.StripeBytes
 	}
 	return 0
 }
@@ -5182,13 +5192,14 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x04Kind\x12\t\n" +
 	"\x05BRICK\x10\x00\x12\x0f\n" +
 	"\vCOORDINATOR\x10\x01\x12\x0f\n" +
-	"\vLOCK_SERVER\x10\x02\"z\n" +
+	"\vLOCK_SERVER\x10\x02\"\x9d\x01\n" +
 	"\vVolumeBytes\x12\x10\n" +
 	"\x03vol\x18\x01 \x01(\x04R\x03vol\x12\x1d\n" +
 	"\n" +
 	"live_bytes\x18\x02 \x01(\x03R\tliveBytes\x12#\n" +
 	"\rhistory_bytes\x18\x03 \x01(\x03R\fhistoryBytes\x12\x15\n" +
-	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\"\xc9\x01\n" +
+	"\x06age_ms\x18\x04 \x01(\x03R\x05ageMs\x12!\n" +
+	"\fstripe_bytes\x18\x05 \x01(\x03R\vstripeBytes\"\xc9\x01\n" +
 	"\aIOStats\x12\x19\n" +
 	"\bread_ops\x18\x01 \x01(\x04R\areadOps\x12\x1d\n" +
 	"\n" +
