@@ -19,7 +19,7 @@ const vdiskIOBytes = 4 << 20
 
 func vdiskCmd() *cobra.Command {
 	c := &cobra.Command{Use: "vdisk", Short: "Read, write, fence and snapshot virtual disks (operator and test commands)"}
-	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskSnapshotDeleteCmd(), vdiskDecommitCmd(), vdiskVerifyCmd())
+	c.AddCommand(vdiskWriteCmd(), vdiskReadCmd(), vdiskFenceCmd(), vdiskSnapshotCmd(), vdiskSnapshotDeleteCmd(), vdiskDecommitCmd(), vdiskVerifyCmd(), vdiskRelayoutCmd(), vdiskLayoutCmd())
 	return c
 }
 
