@@ -139,6 +139,17 @@ type Config struct {
 	// cleaner (cleaner.go) on a volume that keeps file versions: 0
 	// CleanInterval, below 0 never.
 	CleanInterval time.Duration
+	// Policies, if set, gives directories availability policies
+	// (policy.go): the mover (mover.go) moves data into the policies'
+	// profiles and LayoutXattr reports where data is. Nil: neither.
+	Policies PolicyDevice
+	// MoveInterval is how often the node tries a full mover pass: 0
+	// MoveInterval, below 0 never (passes woken by policy changes and
+	// renames still run).
+	MoveInterval time.Duration
+	// MoveQuiet is how long a file stays unchanged before the mover moves
+	// it: 0 MoveQuietDefault, below 0 no wait.
+	MoveQuiet time.Duration
 }
 
 // FS is one node's file system. Safe for concurrent use.
@@ -153,6 +164,7 @@ type FS struct {
 	vdev     VersionDevice // nil: the volume keeps no file versions (versions.go)
 	modified modifiedSet   // files changed here since their newest version (versions.go)
 	pages    pageCache     // clean file data
+	mover    mover         // availability policies (mover.go)
 
 	prefetch prefetcher // inode locks taken ahead of creates
 	locks    *localLocks
@@ -254,6 +266,7 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 	fs.pages.init(cfg.DataCacheBytes, fs.stats)
 	fs.prefetch.init()
 	fs.freer.init(fs.stats.orphansQueued)
+	fs.mover.init(cfg.Registerer, cfg.Table)
 	if cfg.ReadOnly {
 		fs.cfg.Locker = readOnlyLocker{}
 		return fs, nil
@@ -285,6 +298,22 @@ func Open(ctx context.Context, cfg Config) (*FS, error) {
 			ctx, cancel := fs.untilStop(context.Background())
 			defer cancel()
 			fs.CleanLoop(ctx, interval)
+		}()
+	}
+	if cfg.Policies != nil {
+		interval := cfg.MoveInterval
+		switch {
+		case interval == 0:
+			interval = MoveInterval
+		case interval < 0:
+			interval = 1<<63 - 1 // woken passes only
+		}
+		fs.flusher.Add(1)
+		go func() {
+			defer fs.flusher.Done()
+			ctx, cancel := fs.untilStop(context.Background())
+			defer cancel()
+			fs.MoveLoop(ctx, interval)
 		}()
 	}
 	return fs, nil

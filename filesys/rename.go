@@ -31,6 +31,9 @@ func (fs *FS) Rename(ctx context.Context, sd uint64, sname string, dd uint64, dn
 		if err == nil && freed != 0 {
 			fs.clearExtent(ctx, freed, hwm)
 		}
+		if err == nil {
+			fs.renamed(sd, sname, dd, dname, flags)
+		}
 		return err
 	}
 }

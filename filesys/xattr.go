@@ -34,6 +34,9 @@ func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) ([]byte, er
 	if err := checkXattrName(name); err != nil {
 		return nil, err
 	}
+	if name == LayoutXattr {
+		return fs.layoutXattr(ctx, ino)
+	}
 	h, err := fs.acquire(ctx, r(inodeLock(ino)))
 	if err != nil {
 		return nil, err
@@ -70,17 +73,31 @@ func (fs *FS) Listxattr(ctx context.Context, ino uint64) ([]string, error) {
 }
 
 // Setxattr sets attribute name of ino (flags XattrCreate, XattrReplace).
-func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) error {
+func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byte, flags uint32) (err error) {
 	if err := checkXattrName(name); err != nil {
 		return err
 	}
 	if len(value) > XattrValueBytesMax {
 		return fmt.Errorf("%w: attribute value of %d bytes", ErrAttrTooBig, len(value))
 	}
-	if name == RetentionXattr {
+	switch name {
+	case RetentionXattr:
 		if _, err := ParseRetention(string(value)); err != nil {
 			return err
 		}
+	case PolicyXattr:
+		p, perr := fs.admitPolicy(ctx, ino, value)
+		if perr != nil {
+			return perr
+		}
+		value = []byte(p.String())
+		defer func() {
+			if err == nil {
+				fs.policyChanged(ino)
+			}
+		}()
+	case LayoutXattr:
+		return fmt.Errorf("%w: %s is made by the file system", ErrNotPermitted, name)
 	}
 	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
 		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
@@ -98,9 +115,19 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 }
 
 // Removexattr removes attribute name of ino.
-func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) error {
+func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err error) {
 	if err := checkXattrName(name); err != nil {
 		return err
+	}
+	switch name {
+	case PolicyXattr:
+		defer func() {
+			if err == nil {
+				fs.policyChanged(ino)
+			}
+		}()
+	case LayoutXattr:
+		return fmt.Errorf("%w: %s is made by the file system", ErrNotPermitted, name)
 	}
 	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
 		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })

@@ -54,6 +54,10 @@ type FSNodeOptions struct {
 	// CleanInterval: filesys.Config.CleanInterval (below 0: no cleaner
 	// passes of its own).
 	CleanInterval time.Duration
+	// MoveInterval and MoveQuiet: filesys.Config's (the mover of
+	// availability policies: 0 the defaults; MoveInterval below 0 no
+	// periodic passes, MoveQuiet below 0 no wait).
+	MoveInterval, MoveQuiet time.Duration
 }
 
 // MountFS starts an fs node of volume name as clerk id.
@@ -131,7 +135,8 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: NewFSDevice(vol), Locker: n.clerk, Table: name, ID: id, Session: session,
 		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
-		OnFail: n.endSession, CleanInterval: opts.CleanInterval})
+		OnFail: n.endSession, CleanInterval: opts.CleanInterval,
+		Policies: NewPolicyDevice(vol, cc, name), MoveInterval: opts.MoveInterval, MoveQuiet: opts.MoveQuiet})
 	if err != nil {
 		return fail(fmt.Errorf("mount volume %s: %w", name, err))
 	}
