@@ -1,0 +1,4 @@
+package brick
+
+// CollectShardOrphans runs one sweep of orphaned shards now (shardorphans.go).
+func (s *Server) CollectShardOrphans() { s.collectShardOrphans() }
