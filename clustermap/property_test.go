@@ -341,7 +341,8 @@ func (w *world) checkSGs(prev, next *clustermap.Map, v, pv *clustermap.Volume) {
 				}
 			}
 			nb := next.Brick(b)
-			pol := &clustermap.Volume{Class: p.Class, Domain: p.Level}
+			pol := &clustermap.Volume{Class: p.Class, Domain: p.Level,
+				AllowSameDomain: v.AllowSameDomain && (p.Level == "" || p.Level == clustermap.LevelHost)}
 			if !slices.Contains(g.Syncing, b) || !slices.Contains(nb.Features, clustermap.FeatureEC) || nb.Full || nb.Draining ||
 				nb.State != clustermap.BrickUp || !admits(pol, nb) {
 				w.fatalf("volume %s sg %d: new member %s breaks the rules of %s: %+v", v.Name, i, b, p, g)

@@ -216,10 +216,14 @@ func EnsureProfile(m *Map, vol uint64, want Profile) (n *Map, id uint16, err err
 const sgSalt = 1 << 24
 
 // profileRules are the placement rules of p's stripe groups: its class,
-// distinct domains up to its level, and bricks with FeatureEC.
+// distinct domains up to its level, and bricks with FeatureEC. A volume
+// whose replicas may share a host (AllowSameDomain: one machine, as
+// `plumeria up` makes) lets its host-level stripe groups share one too;
+// their shards are still on distinct bricks.
 func profileRules(v *Volume, p Profile) rules {
 	r := rulesOf(&Volume{ID: v.ID, Class: p.Class, Domain: p.Level})
 	r.feature = FeatureEC
+	r.allowSame = v.AllowSameDomain && (p.Level == "" || p.Level == LevelHost)
 	return r
 }
 

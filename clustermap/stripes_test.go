@@ -218,3 +218,30 @@ func TestValidateStripes(t *testing.T) {
 		t.Fatal("Clone shares SG members or features")
 	}
 }
+
+// TestEnsureProfileSameHost: a volume whose replicas may share a host (one
+// machine) admits stripe groups on one host, on distinct bricks; a rack
+// level still needs racks.
+func TestEnsureProfileSameHost(t *testing.T) {
+	var bs []clustermap.Brick
+	for i := range 3 {
+		b := brick(fmt.Sprintf("b%d", i), "localhost", "", "")
+		b.Features = []string{clustermap.FeatureEC}
+		bs = append(bs, b)
+	}
+	m := newMap(t, bs...)
+	m = place(t, m, clustermap.VolumeSpec{Name: "v", Replicas: 3, PGs: 4, AllowSameDomain: true})
+	m, _ = ensure(t, m, "v", clustermap.Profile{K: 2, M: 1})
+	for i, g := range m.Volume("v").SGs {
+		if len(g.Bricks) != 3 || slices.Compact(slices.Sorted(slices.Values(g.Bricks)))[2] == "" {
+			t.Fatalf("sg %d: %v", i, g.Bricks)
+		}
+	}
+	if _, _, err := clustermap.EnsureProfile(m, m.Volume("v").ID, clustermap.Profile{K: 2, M: 1, Level: clustermap.LevelRack}); err == nil {
+		t.Fatal("a rack-level profile admitted on bricks without racks")
+	}
+	m = place(t, m, clustermap.VolumeSpec{Name: "w", Replicas: 1, PGs: 1, AllowSameDomain: false})
+	if _, _, err := clustermap.EnsureProfile(m, m.Volume("w").ID, clustermap.Profile{K: 2, M: 1}); err == nil {
+		t.Fatal("a volume that keeps hosts distinct admitted stripe groups on one host")
+	}
+}
