@@ -53,8 +53,10 @@ const MoveInterval = 10 * time.Minute
 // moves it, by default.
 const MoveQuietDefault = 10 * time.Minute
 
-// moveRootsMax bounds the woken passes queued; beyond it one full pass
-// replaces them.
+// moveRootsMax bounds the woken passes queued. Beyond it a policy change
+// asks for one full pass instead; a rename is dropped (the periodic pass
+// finds what it moved), so that a burst of renames never costs a walk of
+// the whole tree.
 const moveRootsMax = 64
 
 // MoveStats counts what a pass found and did.
@@ -119,12 +121,14 @@ func (m *mover) init(r prometheus.Registerer, volume string) {
 	m.pendingFiles, m.pendingBytes = gauge(moverPendingFilesOpts), gauge(moverPendingBytesOpts)
 }
 
-// kick queues a woken pass over root (a full one when too many wait).
+// kick queues a woken pass over root (see moveRootsMax when too many
+// wait).
 func (m *mover) kick(root moveRoot) {
 	m.mu.Lock()
-	if len(m.mu.roots) < moveRootsMax {
+	switch {
+	case len(m.mu.roots) < moveRootsMax:
 		m.mu.roots = append(m.mu.roots, root)
-	} else {
+	case root.name == "":
 		m.mu.full = true
 	}
 	m.mu.Unlock()
