@@ -24,7 +24,7 @@ var _ fsbench.Device = (*volume.Volume)(nil)
 func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks; one line per metric: name value unit"}
 	benchDir(c) // `plumeria bench DIR`: file system workloads on a directory
-	c.AddCommand(benchVdiskCmd(), benchLocksCmd(), benchTwoCmd(), benchNFSCmd())
+	c.AddCommand(benchVdiskCmd(), benchLocksCmd(), benchTwoCmd(), benchNFSCmd(), benchECCmd())
 	return c
 }
 
