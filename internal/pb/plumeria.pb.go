@@ -126,7 +126,7 @@ func (x BlockOp_Kind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BlockOp_Kind.Descriptor instead.
 func (BlockOp_Kind) EnumDescriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{73, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{76, 0}
 }
 
 type JoinRequest struct {
@@ -2622,6 +2622,179 @@ func (x *StatusResponse) GetTimeUnixNs() int64 {
 	return 0
 }
 
+type StripeRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         uint64                 `protobuf:"varint,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Sg            uint32                 `protobuf:"varint,2,opt,name=sg,proto3" json:"sg,omitempty"`
+	StripeSeq     uint64                 `protobuf:"varint,3,opt,name=stripe_seq,json=stripeSeq,proto3" json:"stripe_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StripeRef) Reset() {
+	*x = StripeRef{}
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StripeRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StripeRef) ProtoMessage() {}
+
+func (x *StripeRef) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StripeRef.ProtoReflect.Descriptor instead.
+func (*StripeRef) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *StripeRef) GetChunk() uint64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
+}
+
+func (x *StripeRef) GetSg() uint32 {
+	if x != nil {
+		return x.Sg
+	}
+	return 0
+}
+
+func (x *StripeRef) GetStripeSeq() uint64 {
+	if x != nil {
+		return x.StripeSeq
+	}
+	return 0
+}
+
+type StripeRefsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
+	Vol           uint64                 `protobuf:"varint,2,opt,name=vol,proto3" json:"vol,omitempty"`
+	Pg            uint32                 `protobuf:"varint,3,opt,name=pg,proto3" json:"pg,omitempty"`
+	Stripes       []*StripeRef           `protobuf:"bytes,4,rep,name=stripes,proto3" json:"stripes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StripeRefsRequest) Reset() {
+	*x = StripeRefsRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StripeRefsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StripeRefsRequest) ProtoMessage() {}
+
+func (x *StripeRefsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StripeRefsRequest.ProtoReflect.Descriptor instead.
+func (*StripeRefsRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *StripeRefsRequest) GetMapEpoch() uint64 {
+	if x != nil {
+		return x.MapEpoch
+	}
+	return 0
+}
+
+func (x *StripeRefsRequest) GetVol() uint64 {
+	if x != nil {
+		return x.Vol
+	}
+	return 0
+}
+
+func (x *StripeRefsRequest) GetPg() uint32 {
+	if x != nil {
+		return x.Pg
+	}
+	return 0
+}
+
+func (x *StripeRefsRequest) GetStripes() []*StripeRef {
+	if x != nil {
+		return x.Stripes
+	}
+	return nil
+}
+
+// referenced: the request's stripes that some entry refers to.
+type StripeRefsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Referenced    []*StripeRef           `protobuf:"bytes,1,rep,name=referenced,proto3" json:"referenced,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StripeRefsResponse) Reset() {
+	*x = StripeRefsResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StripeRefsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StripeRefsResponse) ProtoMessage() {}
+
+func (x *StripeRefsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StripeRefsResponse.ProtoReflect.Descriptor instead.
+func (*StripeRefsResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *StripeRefsResponse) GetReferenced() []*StripeRef {
+	if x != nil {
+		return x.Referenced
+	}
+	return nil
+}
+
 type LayoutRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	MapEpoch      uint64                 `protobuf:"varint,1,opt,name=map_epoch,json=mapEpoch,proto3" json:"map_epoch,omitempty"`
@@ -2635,7 +2808,7 @@ type LayoutRequest struct {
 
 func (x *LayoutRequest) Reset() {
 	*x = LayoutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2647,7 +2820,7 @@ func (x *LayoutRequest) String() string {
 func (*LayoutRequest) ProtoMessage() {}
 
 func (x *LayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[46]
+	mi := &file_proto_plumeria_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2660,7 +2833,7 @@ func (x *LayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayoutRequest.ProtoReflect.Descriptor instead.
 func (*LayoutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{46}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *LayoutRequest) GetMapEpoch() uint64 {
@@ -2708,7 +2881,7 @@ type ProfileBlocks struct {
 
 func (x *ProfileBlocks) Reset() {
 	*x = ProfileBlocks{}
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2720,7 +2893,7 @@ func (x *ProfileBlocks) String() string {
 func (*ProfileBlocks) ProtoMessage() {}
 
 func (x *ProfileBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[47]
+	mi := &file_proto_plumeria_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2733,7 +2906,7 @@ func (x *ProfileBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileBlocks.ProtoReflect.Descriptor instead.
 func (*ProfileBlocks) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{47}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ProfileBlocks) GetProfile() uint32 {
@@ -2759,7 +2932,7 @@ type LayoutResponse struct {
 
 func (x *LayoutResponse) Reset() {
 	*x = LayoutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2944,7 @@ func (x *LayoutResponse) String() string {
 func (*LayoutResponse) ProtoMessage() {}
 
 func (x *LayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[48]
+	mi := &file_proto_plumeria_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2957,7 @@ func (x *LayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LayoutResponse.ProtoReflect.Descriptor instead.
 func (*LayoutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{48}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *LayoutResponse) GetProfiles() []*ProfileBlocks {
@@ -2807,7 +2980,7 @@ type RelayoutRequest struct {
 
 func (x *RelayoutRequest) Reset() {
 	*x = RelayoutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2819,7 +2992,7 @@ func (x *RelayoutRequest) String() string {
 func (*RelayoutRequest) ProtoMessage() {}
 
 func (x *RelayoutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[49]
+	mi := &file_proto_plumeria_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2832,7 +3005,7 @@ func (x *RelayoutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayoutRequest.ProtoReflect.Descriptor instead.
 func (*RelayoutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{49}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RelayoutRequest) GetMapEpoch() uint64 {
@@ -2881,7 +3054,7 @@ type RelayoutResponse struct {
 
 func (x *RelayoutResponse) Reset() {
 	*x = RelayoutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2893,7 +3066,7 @@ func (x *RelayoutResponse) String() string {
 func (*RelayoutResponse) ProtoMessage() {}
 
 func (x *RelayoutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[50]
+	mi := &file_proto_plumeria_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2906,7 +3079,7 @@ func (x *RelayoutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RelayoutResponse.ProtoReflect.Descriptor instead.
 func (*RelayoutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{50}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RelayoutResponse) GetSwapped() uint32 {
@@ -2949,7 +3122,7 @@ type ShardPutRequest struct {
 
 func (x *ShardPutRequest) Reset() {
 	*x = ShardPutRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3134,7 @@ func (x *ShardPutRequest) String() string {
 func (*ShardPutRequest) ProtoMessage() {}
 
 func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[51]
+	mi := &file_proto_plumeria_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3147,7 @@ func (x *ShardPutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutRequest.ProtoReflect.Descriptor instead.
 func (*ShardPutRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{51}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShardPutRequest) GetMapEpoch() uint64 {
@@ -3041,7 +3214,7 @@ type ShardPutResponse struct {
 
 func (x *ShardPutResponse) Reset() {
 	*x = ShardPutResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3053,7 +3226,7 @@ func (x *ShardPutResponse) String() string {
 func (*ShardPutResponse) ProtoMessage() {}
 
 func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[52]
+	mi := &file_proto_plumeria_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3066,7 +3239,7 @@ func (x *ShardPutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardPutResponse.ProtoReflect.Descriptor instead.
 func (*ShardPutResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{52}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
 }
 
 type ShardReadRequest struct {
@@ -3085,7 +3258,7 @@ type ShardReadRequest struct {
 
 func (x *ShardReadRequest) Reset() {
 	*x = ShardReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3097,7 +3270,7 @@ func (x *ShardReadRequest) String() string {
 func (*ShardReadRequest) ProtoMessage() {}
 
 func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[53]
+	mi := &file_proto_plumeria_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3110,7 +3283,7 @@ func (x *ShardReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadRequest.ProtoReflect.Descriptor instead.
 func (*ShardReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{53}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ShardReadRequest) GetMapEpoch() uint64 {
@@ -3183,7 +3356,7 @@ type ShardReadResponse struct {
 
 func (x *ShardReadResponse) Reset() {
 	*x = ShardReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3368,7 @@ func (x *ShardReadResponse) String() string {
 func (*ShardReadResponse) ProtoMessage() {}
 
 func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[54]
+	mi := &file_proto_plumeria_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3381,7 @@ func (x *ShardReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardReadResponse.ProtoReflect.Descriptor instead.
 func (*ShardReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{54}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShardReadResponse) GetData() []byte {
@@ -3245,7 +3418,7 @@ type ShardDeleteRequest struct {
 
 func (x *ShardDeleteRequest) Reset() {
 	*x = ShardDeleteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3430,7 @@ func (x *ShardDeleteRequest) String() string {
 func (*ShardDeleteRequest) ProtoMessage() {}
 
 func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[55]
+	mi := &file_proto_plumeria_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3443,7 @@ func (x *ShardDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteRequest.ProtoReflect.Descriptor instead.
 func (*ShardDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{55}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ShardDeleteRequest) GetMapEpoch() uint64 {
@@ -3316,7 +3489,7 @@ type ShardDeleteResponse struct {
 
 func (x *ShardDeleteResponse) Reset() {
 	*x = ShardDeleteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3501,7 @@ func (x *ShardDeleteResponse) String() string {
 func (*ShardDeleteResponse) ProtoMessage() {}
 
 func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[56]
+	mi := &file_proto_plumeria_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3514,7 @@ func (x *ShardDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardDeleteResponse.ProtoReflect.Descriptor instead.
 func (*ShardDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{56}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
 }
 
 type ShardInventoryRequest struct {
@@ -3355,7 +3528,7 @@ type ShardInventoryRequest struct {
 
 func (x *ShardInventoryRequest) Reset() {
 	*x = ShardInventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3367,7 +3540,7 @@ func (x *ShardInventoryRequest) String() string {
 func (*ShardInventoryRequest) ProtoMessage() {}
 
 func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[57]
+	mi := &file_proto_plumeria_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3380,7 +3553,7 @@ func (x *ShardInventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryRequest.ProtoReflect.Descriptor instead.
 func (*ShardInventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{57}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ShardInventoryRequest) GetMapEpoch() uint64 {
@@ -3413,7 +3586,7 @@ type ShardInventoryResponse struct {
 
 func (x *ShardInventoryResponse) Reset() {
 	*x = ShardInventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3425,7 +3598,7 @@ func (x *ShardInventoryResponse) String() string {
 func (*ShardInventoryResponse) ProtoMessage() {}
 
 func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[58]
+	mi := &file_proto_plumeria_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3438,7 +3611,7 @@ func (x *ShardInventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardInventoryResponse.ProtoReflect.Descriptor instead.
 func (*ShardInventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{58}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ShardInventoryResponse) GetStripes() []*StripeBlocks {
@@ -3459,7 +3632,7 @@ type StripeBlocks struct {
 
 func (x *StripeBlocks) Reset() {
 	*x = StripeBlocks{}
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3471,7 +3644,7 @@ func (x *StripeBlocks) String() string {
 func (*StripeBlocks) ProtoMessage() {}
 
 func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[59]
+	mi := &file_proto_plumeria_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3484,7 +3657,7 @@ func (x *StripeBlocks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StripeBlocks.ProtoReflect.Descriptor instead.
 func (*StripeBlocks) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{59}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StripeBlocks) GetChunk() uint64 {
@@ -3519,7 +3692,7 @@ type Writer struct {
 
 func (x *Writer) Reset() {
 	*x = Writer{}
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3531,7 +3704,7 @@ func (x *Writer) String() string {
 func (*Writer) ProtoMessage() {}
 
 func (x *Writer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[60]
+	mi := &file_proto_plumeria_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3544,7 +3717,7 @@ func (x *Writer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Writer.ProtoReflect.Descriptor instead.
 func (*Writer) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{60}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Writer) GetId() string {
@@ -3595,7 +3768,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3607,7 +3780,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[61]
+	mi := &file_proto_plumeria_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3620,7 +3793,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{61}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WriteRequest) GetMapEpoch() uint64 {
@@ -3703,7 +3876,7 @@ type WriteVRequest struct {
 
 func (x *WriteVRequest) Reset() {
 	*x = WriteVRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3715,7 +3888,7 @@ func (x *WriteVRequest) String() string {
 func (*WriteVRequest) ProtoMessage() {}
 
 func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[62]
+	mi := &file_proto_plumeria_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3728,7 +3901,7 @@ func (x *WriteVRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteVRequest.ProtoReflect.Descriptor instead.
 func (*WriteVRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{62}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *WriteVRequest) GetMapEpoch() uint64 {
@@ -3784,7 +3957,7 @@ type Extent struct {
 
 func (x *Extent) Reset() {
 	*x = Extent{}
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3796,7 +3969,7 @@ func (x *Extent) String() string {
 func (*Extent) ProtoMessage() {}
 
 func (x *Extent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[63]
+	mi := &file_proto_plumeria_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3809,7 +3982,7 @@ func (x *Extent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Extent.ProtoReflect.Descriptor instead.
 func (*Extent) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{63}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Extent) GetOffset() uint64 {
@@ -3842,7 +4015,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +4027,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[64]
+	mi := &file_proto_plumeria_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +4040,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{64}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WriteResponse) GetStale() uint32 {
@@ -3895,7 +4068,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3907,7 +4080,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[65]
+	mi := &file_proto_plumeria_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3920,7 +4093,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{65}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ReadRequest) GetMapEpoch() uint64 {
@@ -3981,7 +4154,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3993,7 +4166,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[66]
+	mi := &file_proto_plumeria_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4006,7 +4179,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{66}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReadResponse) GetData() []byte {
@@ -4034,7 +4207,7 @@ type DecommitRequest struct {
 
 func (x *DecommitRequest) Reset() {
 	*x = DecommitRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4046,7 +4219,7 @@ func (x *DecommitRequest) String() string {
 func (*DecommitRequest) ProtoMessage() {}
 
 func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[67]
+	mi := &file_proto_plumeria_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4059,7 +4232,7 @@ func (x *DecommitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitRequest.ProtoReflect.Descriptor instead.
 func (*DecommitRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{67}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DecommitRequest) GetMapEpoch() uint64 {
@@ -4119,7 +4292,7 @@ type DecommitResponse struct {
 
 func (x *DecommitResponse) Reset() {
 	*x = DecommitResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +4304,7 @@ func (x *DecommitResponse) String() string {
 func (*DecommitResponse) ProtoMessage() {}
 
 func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[68]
+	mi := &file_proto_plumeria_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +4317,7 @@ func (x *DecommitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommitResponse.ProtoReflect.Descriptor instead.
 func (*DecommitResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{68}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
 }
 
 // BlockVersionsRequest names one block by a byte offset in it.
@@ -4160,7 +4333,7 @@ type BlockVersionsRequest struct {
 
 func (x *BlockVersionsRequest) Reset() {
 	*x = BlockVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4345,7 @@ func (x *BlockVersionsRequest) String() string {
 func (*BlockVersionsRequest) ProtoMessage() {}
 
 func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[69]
+	mi := &file_proto_plumeria_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4358,7 @@ func (x *BlockVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsRequest.ProtoReflect.Descriptor instead.
 func (*BlockVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{69}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BlockVersionsRequest) GetMapEpoch() uint64 {
@@ -4228,7 +4401,7 @@ type BlockVersionsResponse struct {
 
 func (x *BlockVersionsResponse) Reset() {
 	*x = BlockVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4240,7 +4413,7 @@ func (x *BlockVersionsResponse) String() string {
 func (*BlockVersionsResponse) ProtoMessage() {}
 
 func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[70]
+	mi := &file_proto_plumeria_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4253,7 +4426,7 @@ func (x *BlockVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{70}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *BlockVersionsResponse) GetVersions() []*BlockVersionsResponse_Version {
@@ -4287,7 +4460,7 @@ type PruneVersionsRequest struct {
 
 func (x *PruneVersionsRequest) Reset() {
 	*x = PruneVersionsRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4299,7 +4472,7 @@ func (x *PruneVersionsRequest) String() string {
 func (*PruneVersionsRequest) ProtoMessage() {}
 
 func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[71]
+	mi := &file_proto_plumeria_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4312,7 +4485,7 @@ func (x *PruneVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsRequest.ProtoReflect.Descriptor instead.
 func (*PruneVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{71}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *PruneVersionsRequest) GetMapEpoch() uint64 {
@@ -4384,7 +4557,7 @@ type PruneVersionsResponse struct {
 
 func (x *PruneVersionsResponse) Reset() {
 	*x = PruneVersionsResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4569,7 @@ func (x *PruneVersionsResponse) String() string {
 func (*PruneVersionsResponse) ProtoMessage() {}
 
 func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[72]
+	mi := &file_proto_plumeria_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4582,7 @@ func (x *PruneVersionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PruneVersionsResponse.ProtoReflect.Descriptor instead.
 func (*PruneVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{72}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PruneVersionsResponse) GetBlocks() int64 {
@@ -4451,7 +4624,7 @@ type BlockOp struct {
 
 func (x *BlockOp) Reset() {
 	*x = BlockOp{}
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4636,7 @@ func (x *BlockOp) String() string {
 func (*BlockOp) ProtoMessage() {}
 
 func (x *BlockOp) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[73]
+	mi := &file_proto_plumeria_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4649,7 @@ func (x *BlockOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockOp.ProtoReflect.Descriptor instead.
 func (*BlockOp) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{73}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *BlockOp) GetKind() BlockOp_Kind {
@@ -4529,7 +4702,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4714,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[74]
+	mi := &file_proto_plumeria_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4727,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{74}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ReplicateRequest) GetMapEpoch() uint64 {
@@ -4614,7 +4787,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4626,7 +4799,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[75]
+	mi := &file_proto_plumeria_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4639,7 +4812,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{75}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{78}
 }
 
 type InventoryRequest struct {
@@ -4653,7 +4826,7 @@ type InventoryRequest struct {
 
 func (x *InventoryRequest) Reset() {
 	*x = InventoryRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4665,7 +4838,7 @@ func (x *InventoryRequest) String() string {
 func (*InventoryRequest) ProtoMessage() {}
 
 func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[76]
+	mi := &file_proto_plumeria_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4678,7 +4851,7 @@ func (x *InventoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryRequest.ProtoReflect.Descriptor instead.
 func (*InventoryRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{76}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *InventoryRequest) GetMapEpoch() uint64 {
@@ -4717,7 +4890,7 @@ type InventoryEntry struct {
 
 func (x *InventoryEntry) Reset() {
 	*x = InventoryEntry{}
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4729,7 +4902,7 @@ func (x *InventoryEntry) String() string {
 func (*InventoryEntry) ProtoMessage() {}
 
 func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[77]
+	mi := &file_proto_plumeria_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4742,7 +4915,7 @@ func (x *InventoryEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryEntry.ProtoReflect.Descriptor instead.
 func (*InventoryEntry) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{77}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *InventoryEntry) GetBlock() uint64 {
@@ -4782,7 +4955,7 @@ type InventoryResponse struct {
 
 func (x *InventoryResponse) Reset() {
 	*x = InventoryResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[78]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +4967,7 @@ func (x *InventoryResponse) String() string {
 func (*InventoryResponse) ProtoMessage() {}
 
 func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[78]
+	mi := &file_proto_plumeria_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +4980,7 @@ func (x *InventoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InventoryResponse.ProtoReflect.Descriptor instead.
 func (*InventoryResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{78}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *InventoryResponse) GetEntries() []*InventoryEntry {
@@ -4835,7 +5008,7 @@ type BackfillRequest struct {
 
 func (x *BackfillRequest) Reset() {
 	*x = BackfillRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +5020,7 @@ func (x *BackfillRequest) String() string {
 func (*BackfillRequest) ProtoMessage() {}
 
 func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[79]
+	mi := &file_proto_plumeria_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +5033,7 @@ func (x *BackfillRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillRequest.ProtoReflect.Descriptor instead.
 func (*BackfillRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{79}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *BackfillRequest) GetMapEpoch() uint64 {
@@ -4914,7 +5087,7 @@ type BackfillResponse struct {
 
 func (x *BackfillResponse) Reset() {
 	*x = BackfillResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[80]
+	mi := &file_proto_plumeria_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4926,7 +5099,7 @@ func (x *BackfillResponse) String() string {
 func (*BackfillResponse) ProtoMessage() {}
 
 func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[80]
+	mi := &file_proto_plumeria_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4939,7 +5112,7 @@ func (x *BackfillResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackfillResponse.ProtoReflect.Descriptor instead.
 func (*BackfillResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{80}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *BackfillResponse) GetApplied() int64 {
@@ -4960,7 +5133,7 @@ type FetchBlockRequest struct {
 
 func (x *FetchBlockRequest) Reset() {
 	*x = FetchBlockRequest{}
-	mi := &file_proto_plumeria_proto_msgTypes[81]
+	mi := &file_proto_plumeria_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5145,7 @@ func (x *FetchBlockRequest) String() string {
 func (*FetchBlockRequest) ProtoMessage() {}
 
 func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[81]
+	mi := &file_proto_plumeria_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5158,7 @@ func (x *FetchBlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockRequest.ProtoReflect.Descriptor instead.
 func (*FetchBlockRequest) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{81}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *FetchBlockRequest) GetVol() uint64 {
@@ -5024,7 +5197,7 @@ type FetchBlockResponse struct {
 
 func (x *FetchBlockResponse) Reset() {
 	*x = FetchBlockResponse{}
-	mi := &file_proto_plumeria_proto_msgTypes[82]
+	mi := &file_proto_plumeria_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5209,7 @@ func (x *FetchBlockResponse) String() string {
 func (*FetchBlockResponse) ProtoMessage() {}
 
 func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[82]
+	mi := &file_proto_plumeria_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5222,7 @@ func (x *FetchBlockResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchBlockResponse.ProtoReflect.Descriptor instead.
 func (*FetchBlockResponse) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{82}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *FetchBlockResponse) GetData() []byte {
@@ -5094,7 +5267,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[84]
+	mi := &file_proto_plumeria_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5106,7 +5279,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[84]
+	mi := &file_proto_plumeria_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5119,7 +5292,7 @@ func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockVersionsResponse_Version.ProtoReflect.Descriptor instead.
 func (*BlockVersionsResponse_Version) Descriptor() ([]byte, []int) {
-	return file_proto_plumeria_proto_rawDescGZIP(), []int{70, 0}
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{73, 0}
 }
 
 func (x *BlockVersionsResponse_Version) GetSnapGen() uint64 {
@@ -5316,7 +5489,21 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vstatus_json\x18\x01 \x01(\fR\n" +
 	"statusJson\x12 \n" +
 	"\ftime_unix_ns\x18\x02 \x01(\x03R\n" +
-	"timeUnixNs\"~\n" +
+	"timeUnixNs\"P\n" +
+	"\tStripeRef\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\x04R\x05chunk\x12\x0e\n" +
+	"\x02sg\x18\x02 \x01(\rR\x02sg\x12\x1d\n" +
+	"\n" +
+	"stripe_seq\x18\x03 \x01(\x04R\tstripeSeq\"\x84\x01\n" +
+	"\x11StripeRefsRequest\x12\x1b\n" +
+	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
+	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
+	"\x02pg\x18\x03 \x01(\rR\x02pg\x120\n" +
+	"\astripes\x18\x04 \x03(\v2\x16.plumeria.v1.StripeRefR\astripes\"L\n" +
+	"\x12StripeRefsResponse\x126\n" +
+	"\n" +
+	"referenced\x18\x01 \x03(\v2\x16.plumeria.v1.StripeRefR\n" +
+	"referenced\"~\n" +
 	"\rLayoutRequest\x12\x1b\n" +
 	"\tmap_epoch\x18\x01 \x01(\x04R\bmapEpoch\x12\x10\n" +
 	"\x03vol\x18\x02 \x01(\x04R\x03vol\x12\x0e\n" +
@@ -5525,7 +5712,8 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
-	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\xc1\t\n" +
+	"\fCloseSession\x12 .plumeria.v1.CloseSessionRequest\x1a!.plumeria.v1.CloseSessionResponse2\x90\n" +
+	"\n" +
 	"\x05Brick\x12>\n" +
 	"\x05Write\x12\x19.plumeria.v1.WriteRequest\x1a\x1a.plumeria.v1.WriteResponse\x12@\n" +
 	"\x06WriteV\x12\x1a.plumeria.v1.WriteVRequest\x1a\x1a.plumeria.v1.WriteResponse\x12;\n" +
@@ -5543,7 +5731,9 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\vShardDelete\x12\x1f.plumeria.v1.ShardDeleteRequest\x1a .plumeria.v1.ShardDeleteResponse\x12[\n" +
 	"\x0eShardInventory\x12\".plumeria.v1.ShardInventoryRequest\x1a#.plumeria.v1.ShardInventoryResponse0\x01\x12G\n" +
 	"\bRelayout\x12\x1c.plumeria.v1.RelayoutRequest\x1a\x1d.plumeria.v1.RelayoutResponse\x12A\n" +
-	"\x06Layout\x12\x1a.plumeria.v1.LayoutRequest\x1a\x1b.plumeria.v1.LayoutResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
+	"\x06Layout\x12\x1a.plumeria.v1.LayoutRequest\x1a\x1b.plumeria.v1.LayoutResponse\x12M\n" +
+	"\n" +
+	"StripeRefs\x12\x1e.plumeria.v1.StripeRefsRequest\x1a\x1f.plumeria.v1.StripeRefsResponseB-Z+github.com/plumeria-fs/plumeria/internal/pbb\x06proto3"
 
 var (
 	file_proto_plumeria_proto_rawDescOnce sync.Once
@@ -5558,7 +5748,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -5608,145 +5798,152 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*CloseSessionResponse)(nil),          // 45: plumeria.v1.CloseSessionResponse
 	(*StatusRequest)(nil),                 // 46: plumeria.v1.StatusRequest
 	(*StatusResponse)(nil),                // 47: plumeria.v1.StatusResponse
-	(*LayoutRequest)(nil),                 // 48: plumeria.v1.LayoutRequest
-	(*ProfileBlocks)(nil),                 // 49: plumeria.v1.ProfileBlocks
-	(*LayoutResponse)(nil),                // 50: plumeria.v1.LayoutResponse
-	(*RelayoutRequest)(nil),               // 51: plumeria.v1.RelayoutRequest
-	(*RelayoutResponse)(nil),              // 52: plumeria.v1.RelayoutResponse
-	(*ShardPutRequest)(nil),               // 53: plumeria.v1.ShardPutRequest
-	(*ShardPutResponse)(nil),              // 54: plumeria.v1.ShardPutResponse
-	(*ShardReadRequest)(nil),              // 55: plumeria.v1.ShardReadRequest
-	(*ShardReadResponse)(nil),             // 56: plumeria.v1.ShardReadResponse
-	(*ShardDeleteRequest)(nil),            // 57: plumeria.v1.ShardDeleteRequest
-	(*ShardDeleteResponse)(nil),           // 58: plumeria.v1.ShardDeleteResponse
-	(*ShardInventoryRequest)(nil),         // 59: plumeria.v1.ShardInventoryRequest
-	(*ShardInventoryResponse)(nil),        // 60: plumeria.v1.ShardInventoryResponse
-	(*StripeBlocks)(nil),                  // 61: plumeria.v1.StripeBlocks
-	(*Writer)(nil),                        // 62: plumeria.v1.Writer
-	(*WriteRequest)(nil),                  // 63: plumeria.v1.WriteRequest
-	(*WriteVRequest)(nil),                 // 64: plumeria.v1.WriteVRequest
-	(*Extent)(nil),                        // 65: plumeria.v1.Extent
-	(*WriteResponse)(nil),                 // 66: plumeria.v1.WriteResponse
-	(*ReadRequest)(nil),                   // 67: plumeria.v1.ReadRequest
-	(*ReadResponse)(nil),                  // 68: plumeria.v1.ReadResponse
-	(*DecommitRequest)(nil),               // 69: plumeria.v1.DecommitRequest
-	(*DecommitResponse)(nil),              // 70: plumeria.v1.DecommitResponse
-	(*BlockVersionsRequest)(nil),          // 71: plumeria.v1.BlockVersionsRequest
-	(*BlockVersionsResponse)(nil),         // 72: plumeria.v1.BlockVersionsResponse
-	(*PruneVersionsRequest)(nil),          // 73: plumeria.v1.PruneVersionsRequest
-	(*PruneVersionsResponse)(nil),         // 74: plumeria.v1.PruneVersionsResponse
-	(*BlockOp)(nil),                       // 75: plumeria.v1.BlockOp
-	(*ReplicateRequest)(nil),              // 76: plumeria.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),             // 77: plumeria.v1.ReplicateResponse
-	(*InventoryRequest)(nil),              // 78: plumeria.v1.InventoryRequest
-	(*InventoryEntry)(nil),                // 79: plumeria.v1.InventoryEntry
-	(*InventoryResponse)(nil),             // 80: plumeria.v1.InventoryResponse
-	(*BackfillRequest)(nil),               // 81: plumeria.v1.BackfillRequest
-	(*BackfillResponse)(nil),              // 82: plumeria.v1.BackfillResponse
-	(*FetchBlockRequest)(nil),             // 83: plumeria.v1.FetchBlockRequest
-	(*FetchBlockResponse)(nil),            // 84: plumeria.v1.FetchBlockResponse
-	nil,                                   // 85: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 86: plumeria.v1.BlockVersionsResponse.Version
+	(*StripeRef)(nil),                     // 48: plumeria.v1.StripeRef
+	(*StripeRefsRequest)(nil),             // 49: plumeria.v1.StripeRefsRequest
+	(*StripeRefsResponse)(nil),            // 50: plumeria.v1.StripeRefsResponse
+	(*LayoutRequest)(nil),                 // 51: plumeria.v1.LayoutRequest
+	(*ProfileBlocks)(nil),                 // 52: plumeria.v1.ProfileBlocks
+	(*LayoutResponse)(nil),                // 53: plumeria.v1.LayoutResponse
+	(*RelayoutRequest)(nil),               // 54: plumeria.v1.RelayoutRequest
+	(*RelayoutResponse)(nil),              // 55: plumeria.v1.RelayoutResponse
+	(*ShardPutRequest)(nil),               // 56: plumeria.v1.ShardPutRequest
+	(*ShardPutResponse)(nil),              // 57: plumeria.v1.ShardPutResponse
+	(*ShardReadRequest)(nil),              // 58: plumeria.v1.ShardReadRequest
+	(*ShardReadResponse)(nil),             // 59: plumeria.v1.ShardReadResponse
+	(*ShardDeleteRequest)(nil),            // 60: plumeria.v1.ShardDeleteRequest
+	(*ShardDeleteResponse)(nil),           // 61: plumeria.v1.ShardDeleteResponse
+	(*ShardInventoryRequest)(nil),         // 62: plumeria.v1.ShardInventoryRequest
+	(*ShardInventoryResponse)(nil),        // 63: plumeria.v1.ShardInventoryResponse
+	(*StripeBlocks)(nil),                  // 64: plumeria.v1.StripeBlocks
+	(*Writer)(nil),                        // 65: plumeria.v1.Writer
+	(*WriteRequest)(nil),                  // 66: plumeria.v1.WriteRequest
+	(*WriteVRequest)(nil),                 // 67: plumeria.v1.WriteVRequest
+	(*Extent)(nil),                        // 68: plumeria.v1.Extent
+	(*WriteResponse)(nil),                 // 69: plumeria.v1.WriteResponse
+	(*ReadRequest)(nil),                   // 70: plumeria.v1.ReadRequest
+	(*ReadResponse)(nil),                  // 71: plumeria.v1.ReadResponse
+	(*DecommitRequest)(nil),               // 72: plumeria.v1.DecommitRequest
+	(*DecommitResponse)(nil),              // 73: plumeria.v1.DecommitResponse
+	(*BlockVersionsRequest)(nil),          // 74: plumeria.v1.BlockVersionsRequest
+	(*BlockVersionsResponse)(nil),         // 75: plumeria.v1.BlockVersionsResponse
+	(*PruneVersionsRequest)(nil),          // 76: plumeria.v1.PruneVersionsRequest
+	(*PruneVersionsResponse)(nil),         // 77: plumeria.v1.PruneVersionsResponse
+	(*BlockOp)(nil),                       // 78: plumeria.v1.BlockOp
+	(*ReplicateRequest)(nil),              // 79: plumeria.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),             // 80: plumeria.v1.ReplicateResponse
+	(*InventoryRequest)(nil),              // 81: plumeria.v1.InventoryRequest
+	(*InventoryEntry)(nil),                // 82: plumeria.v1.InventoryEntry
+	(*InventoryResponse)(nil),             // 83: plumeria.v1.InventoryResponse
+	(*BackfillRequest)(nil),               // 84: plumeria.v1.BackfillRequest
+	(*BackfillResponse)(nil),              // 85: plumeria.v1.BackfillResponse
+	(*FetchBlockRequest)(nil),             // 86: plumeria.v1.FetchBlockRequest
+	(*FetchBlockResponse)(nil),            // 87: plumeria.v1.FetchBlockResponse
+	nil,                                   // 88: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 89: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	85, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	88, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
 	10, // 4: plumeria.v1.HeartbeatRequest.volume_bytes:type_name -> plumeria.v1.VolumeBytes
 	31, // 5: plumeria.v1.EnsureProfileRequest.profile:type_name -> plumeria.v1.Profile
-	49, // 6: plumeria.v1.LayoutResponse.profiles:type_name -> plumeria.v1.ProfileBlocks
-	61, // 7: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
-	62, // 8: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
-	65, // 9: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
-	62, // 10: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
-	62, // 11: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	86, // 12: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
-	62, // 13: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
-	1,  // 14: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
-	62, // 15: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
-	75, // 16: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
-	79, // 17: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
-	75, // 18: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
-	2,  // 19: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
-	4,  // 20: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
-	6,  // 21: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
-	9,  // 22: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
-	13, // 23: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
-	15, // 24: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
-	17, // 25: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
-	19, // 26: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
-	21, // 27: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
-	23, // 28: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
-	25, // 29: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
-	27, // 30: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
-	29, // 31: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
-	32, // 32: plumeria.v1.Coordinator.EnsureProfile:input_type -> plumeria.v1.EnsureProfileRequest
-	34, // 33: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
-	36, // 34: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
-	46, // 35: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	38, // 36: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	40, // 37: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	42, // 38: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	44, // 39: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	63, // 40: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	64, // 41: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	67, // 42: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	69, // 43: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	76, // 44: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	78, // 45: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	81, // 46: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	83, // 47: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	71, // 48: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	73, // 49: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	53, // 50: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
-	55, // 51: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
-	57, // 52: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
-	59, // 53: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
-	51, // 54: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
-	48, // 55: plumeria.v1.Brick.Layout:input_type -> plumeria.v1.LayoutRequest
-	3,  // 56: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 57: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 58: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	12, // 59: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	14, // 60: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	16, // 61: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	18, // 62: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	20, // 63: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	22, // 64: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	24, // 65: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	26, // 66: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	28, // 67: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	30, // 68: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	33, // 69: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
-	35, // 70: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
-	37, // 71: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	47, // 72: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	39, // 73: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	41, // 74: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	43, // 75: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	45, // 76: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	66, // 77: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	66, // 78: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	68, // 79: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	70, // 80: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	77, // 81: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	80, // 82: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	82, // 83: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	84, // 84: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	72, // 85: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	74, // 86: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	54, // 87: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
-	56, // 88: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
-	58, // 89: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
-	60, // 90: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
-	52, // 91: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
-	50, // 92: plumeria.v1.Brick.Layout:output_type -> plumeria.v1.LayoutResponse
-	56, // [56:93] is the sub-list for method output_type
-	19, // [19:56] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	48, // 6: plumeria.v1.StripeRefsRequest.stripes:type_name -> plumeria.v1.StripeRef
+	48, // 7: plumeria.v1.StripeRefsResponse.referenced:type_name -> plumeria.v1.StripeRef
+	52, // 8: plumeria.v1.LayoutResponse.profiles:type_name -> plumeria.v1.ProfileBlocks
+	64, // 9: plumeria.v1.ShardInventoryResponse.stripes:type_name -> plumeria.v1.StripeBlocks
+	65, // 10: plumeria.v1.WriteRequest.writer:type_name -> plumeria.v1.Writer
+	68, // 11: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
+	65, // 12: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
+	65, // 13: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
+	89, // 14: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	65, // 15: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
+	1,  // 16: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
+	65, // 17: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
+	78, // 18: plumeria.v1.ReplicateRequest.ops:type_name -> plumeria.v1.BlockOp
+	82, // 19: plumeria.v1.InventoryResponse.entries:type_name -> plumeria.v1.InventoryEntry
+	78, // 20: plumeria.v1.BackfillRequest.ops:type_name -> plumeria.v1.BlockOp
+	2,  // 21: plumeria.v1.Coordinator.Join:input_type -> plumeria.v1.JoinRequest
+	4,  // 22: plumeria.v1.Coordinator.RemoveCoordinator:input_type -> plumeria.v1.RemoveCoordinatorRequest
+	6,  // 23: plumeria.v1.Coordinator.RegisterBrick:input_type -> plumeria.v1.RegisterBrickRequest
+	9,  // 24: plumeria.v1.Coordinator.Heartbeat:input_type -> plumeria.v1.HeartbeatRequest
+	13, // 25: plumeria.v1.Coordinator.GetMap:input_type -> plumeria.v1.GetMapRequest
+	15, // 26: plumeria.v1.Coordinator.CreateVolume:input_type -> plumeria.v1.CreateVolumeRequest
+	17, // 27: plumeria.v1.Coordinator.Fence:input_type -> plumeria.v1.FenceRequest
+	19, // 28: plumeria.v1.Coordinator.Snapshot:input_type -> plumeria.v1.SnapshotRequest
+	21, // 29: plumeria.v1.Coordinator.DeleteSnapshot:input_type -> plumeria.v1.DeleteSnapshotRequest
+	23, // 30: plumeria.v1.Coordinator.SetSnapshotSchedule:input_type -> plumeria.v1.SetSnapshotScheduleRequest
+	25, // 31: plumeria.v1.Coordinator.DrainBrick:input_type -> plumeria.v1.DrainBrickRequest
+	27, // 32: plumeria.v1.Coordinator.RemoveBrick:input_type -> plumeria.v1.RemoveBrickRequest
+	29, // 33: plumeria.v1.Coordinator.PGSynced:input_type -> plumeria.v1.PGSyncedRequest
+	32, // 34: plumeria.v1.Coordinator.EnsureProfile:input_type -> plumeria.v1.EnsureProfileRequest
+	34, // 35: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
+	36, // 36: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
+	46, // 37: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
+	38, // 38: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	40, // 39: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	42, // 40: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	44, // 41: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	66, // 42: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	67, // 43: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	70, // 44: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	72, // 45: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	79, // 46: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	81, // 47: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	84, // 48: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	86, // 49: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	74, // 50: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	76, // 51: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	56, // 52: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
+	58, // 53: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
+	60, // 54: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
+	62, // 55: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
+	54, // 56: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
+	51, // 57: plumeria.v1.Brick.Layout:input_type -> plumeria.v1.LayoutRequest
+	49, // 58: plumeria.v1.Brick.StripeRefs:input_type -> plumeria.v1.StripeRefsRequest
+	3,  // 59: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 60: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 61: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 62: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 63: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 64: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 65: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 66: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 67: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 68: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 69: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 70: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 71: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	33, // 72: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
+	35, // 73: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
+	37, // 74: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	47, // 75: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	39, // 76: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	41, // 77: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	43, // 78: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	45, // 79: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	69, // 80: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	69, // 81: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	71, // 82: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	73, // 83: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	80, // 84: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	83, // 85: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	85, // 86: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	87, // 87: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	75, // 88: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	77, // 89: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	57, // 90: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
+	59, // 91: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
+	61, // 92: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
+	63, // 93: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
+	55, // 94: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
+	53, // 95: plumeria.v1.Brick.Layout:output_type -> plumeria.v1.LayoutResponse
+	50, // 96: plumeria.v1.Brick.StripeRefs:output_type -> plumeria.v1.StripeRefsResponse
+	59, // [59:97] is the sub-list for method output_type
+	21, // [21:59] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_proto_plumeria_proto_init() }
@@ -5760,7 +5957,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   85,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

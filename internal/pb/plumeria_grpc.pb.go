@@ -970,6 +970,7 @@ const (
 	Brick_ShardInventory_FullMethodName = "/plumeria.v1.Brick/ShardInventory"
 	Brick_Relayout_FullMethodName       = "/plumeria.v1.Brick/Relayout"
 	Brick_Layout_FullMethodName         = "/plumeria.v1.Brick/Layout"
+	Brick_StripeRefs_FullMethodName     = "/plumeria.v1.Brick/StripeRefs"
 )
 
 // BrickClient is the client API for Brick service.
@@ -1021,6 +1022,11 @@ type BrickClient interface {
 	// blocks (puts), else the profile of the stripe a ref names. A snapshot
 	// of the primary's index, not serialized with writes.
 	Layout(ctx context.Context, in *LayoutRequest, opts ...grpc.CallOption) (*LayoutResponse, error)
+	// StripeRefs (stripe group leader → home primary) says which of the
+	// given stripes some entry (any gen) of their chunk's blocks refers to,
+	// read under the chunk's blocks held shared: a stripe it leaves out is
+	// referenced by no block version at the primary (brick/stripegc.go).
+	StripeRefs(ctx context.Context, in *StripeRefsRequest, opts ...grpc.CallOption) (*StripeRefsResponse, error)
 }
 
 type brickClient struct {
@@ -1209,6 +1215,16 @@ func (c *brickClient) Layout(ctx context.Context, in *LayoutRequest, opts ...grp
 	return out, nil
 }
 
+func (c *brickClient) StripeRefs(ctx context.Context, in *StripeRefsRequest, opts ...grpc.CallOption) (*StripeRefsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StripeRefsResponse)
+	err := c.cc.Invoke(ctx, Brick_StripeRefs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BrickServer is the server API for Brick service.
 // All implementations must embed UnimplementedBrickServer
 // for forward compatibility.
@@ -1258,6 +1274,11 @@ type BrickServer interface {
 	// blocks (puts), else the profile of the stripe a ref names. A snapshot
 	// of the primary's index, not serialized with writes.
 	Layout(context.Context, *LayoutRequest) (*LayoutResponse, error)
+	// StripeRefs (stripe group leader → home primary) says which of the
+	// given stripes some entry (any gen) of their chunk's blocks refers to,
+	// read under the chunk's blocks held shared: a stripe it leaves out is
+	// referenced by no block version at the primary (brick/stripegc.go).
+	StripeRefs(context.Context, *StripeRefsRequest) (*StripeRefsResponse, error)
 	mustEmbedUnimplementedBrickServer()
 }
 
@@ -1315,6 +1336,9 @@ func (UnimplementedBrickServer) Relayout(context.Context, *RelayoutRequest) (*Re
 }
 func (UnimplementedBrickServer) Layout(context.Context, *LayoutRequest) (*LayoutResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Layout not implemented")
+}
+func (UnimplementedBrickServer) StripeRefs(context.Context, *StripeRefsRequest) (*StripeRefsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method StripeRefs not implemented")
 }
 func (UnimplementedBrickServer) mustEmbedUnimplementedBrickServer() {}
 func (UnimplementedBrickServer) testEmbeddedByValue()               {}
@@ -1611,6 +1635,24 @@ func _Brick_Layout_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Brick_StripeRefs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StripeRefsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BrickServer).StripeRefs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Brick_StripeRefs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BrickServer).StripeRefs(ctx, req.(*StripeRefsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Brick_ServiceDesc is the grpc.ServiceDesc for Brick service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1673,6 +1715,10 @@ var Brick_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Layout",
 			Handler:    _Brick_Layout_Handler,
+		},
+		{
+			MethodName: "StripeRefs",
+			Handler:    _Brick_StripeRefs_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
