@@ -76,7 +76,7 @@ func formatVolume(ctx context.Context, cl *coordclient.Client, name string, repl
 func mountCmd() *cobra.Command {
 	var name, id, snap, metricsListen, logLevel string
 	var debug bool
-	var kernelCache time.Duration
+	var kernelCache, moveInterval, moveQuiet time.Duration
 	var dataCache, readAhead string
 	c := &cobra.Command{
 		Use:     "mount --coord ADDR --volume NAME [--snapshot SNAP] MOUNTPOINT",
@@ -97,6 +97,10 @@ func mountCmd() *cobra.Command {
 		"how far ahead of a sequential reader the kernel reads, in READs of up to 1 MiB in flight together (root only; 0: the kernel's 128 KiB)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
+	c.Flags().DurationVar(&moveInterval, "policy-interval", 10*time.Minute,
+		"how often the policy mover walks the whole tree (one node at a time cluster-wide; a policy change or a rename moves its files at once)")
+	c.Flags().DurationVar(&moveQuiet, "policy-quiet", 10*time.Minute,
+		"a file changed within this long stays replicated until a later pass (new data is coded once it stops changing; 0: at once)")
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		if name == "" {
 			return fmt.Errorf("--volume is required")
@@ -137,7 +141,14 @@ func mountCmd() *cobra.Command {
 		if raBytes == 0 {
 			raBytes = -1 // the kernel's
 		}
-		mo := mountOptions{fuse: fuse.Options{Debug: debug, CacheTimeout: kernelCache, ReadAhead: int(raBytes)}, dataCache: cacheBytes}
+		if moveInterval <= 0 || moveQuiet < 0 {
+			return fmt.Errorf("--policy-interval must be positive and --policy-quiet not negative")
+		}
+		if moveQuiet == 0 {
+			moveQuiet = -1 // node.FSNodeOptions: below 0 is no wait
+		}
+		mo := mountOptions{fuse: fuse.Options{Debug: debug, CacheTimeout: kernelCache, ReadAhead: int(raBytes)}, dataCache: cacheBytes,
+			moveInterval: moveInterval, moveQuiet: moveQuiet}
 		if snap != "" {
 			m, err := mountSnapshot(ctx, cl, name, snap, args[0], mo, log)
 			if err != nil {
@@ -178,6 +189,9 @@ const kernelCacheDefault = time.Hour
 type mountOptions struct {
 	fuse      fuse.Options
 	dataCache int64
+	// moveInterval and moveQuiet: node.FSNodeOptions.MoveInterval and
+	// MoveQuiet (the policy mover's).
+	moveInterval, moveQuiet time.Duration
 }
 
 // mountFS mounts volume name on dir as node id.
@@ -185,7 +199,8 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 	if err := checkMountPoint(dir); err != nil {
 		return nil, err
 	}
-	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})
+	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache,
+		MoveInterval: mo.moveInterval, MoveQuiet: mo.moveQuiet})
 	if err != nil {
 		if errors.Is(err, filesys.ErrNotFormatted) {
 			return nil, fmt.Errorf("%w: run plumeria format --volume %s first", err, name)
