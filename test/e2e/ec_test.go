@@ -11,6 +11,8 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
+	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
 // TestErasureCoding: on 8 bricks in 8 racks, data written to a 3-replica
@@ -139,3 +141,101 @@ func (c *cluster) mapAt(t *testing.T) *clustermap.Map {
 
 // humanSize is how the CLI prints a size of whole MiB.
 func humanSize(n int) string { return fmt.Sprintf("%d.0 MiB", n>>20) }
+
+// TestShardCorruptionRepaired: a shard block corrupted on disk after its
+// chunk was coded is detected by the store's checksum when a read needs
+// it, the read returns the original bytes (rebuilt from the other
+// shards), and the member holds a good copy again afterwards.
+func TestShardCorruptionRepaired(t *testing.T) {
+	_, rng := seed(t)
+	c := startCluster(t, 1, 6)
+	c.createVolume("ec", 2, "--pgs", "4")
+	v := c.open("ec", "w1")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const blocks = 256
+	data := make([]byte, blocks*4096)
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	if err := v.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	c.cli("vdisk", "relayout", c.coordArg(), "--volume", "ec", "--length", "1MiB", "--profile", "4+2")
+	// Block 5 lives in data shard 1 at offset 1 (round-robin over 4).
+	const b = 5
+	pattern := data[b*4096 : (b+1)*4096]
+	hits := 0
+	for i := 1; i <= 6; i++ {
+		n, _ := corruptBlock(t, c.proc(fmt.Sprintf("b%d", i)), pattern)
+		hits += n
+	}
+	if hits == 0 {
+		t.Fatal("block 5 found on no brick's disk")
+	}
+	// Restart the bricks: no cached shard may hide the corruption.
+	for i := 1; i <= 6; i++ {
+		name := fmt.Sprintf("b%d", i)
+		c.stop(name)
+		c.restart(name)
+	}
+	c.waitHealthy("ec", 1, 60*time.Second)
+	before := shardBlock(t, ctx, c, "ec", 0, 1, 1)
+	if len(before.Corrupt) != 1 {
+		t.Fatalf("shard 1 block 1 after the corruption: corrupt %v missing %v: the corruption missed the shard", before.Corrupt, before.Missing)
+	}
+	got := make([]byte, len(data))
+	if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read over the corrupt shard block: err %v, equal %v", err, bytes.Equal(got, data))
+	}
+	// The member of shard 1 holds block 5 intact again.
+	after := shardBlock(t, ctx, c, "ec", 0, 1, 1)
+	if len(after.Corrupt) != 0 || len(after.Missing) != 0 || !bytes.Equal(after.Data, pattern) {
+		t.Fatalf("shard 1 block 1 after the read: corrupt %v missing %v, data equal %v", after.Corrupt, after.Missing, bytes.Equal(after.Data, pattern))
+	}
+}
+
+// shardBlock reads block o of shard j of chunk's stripe from the member
+// that holds it (the stripe found by the members' inventories).
+func shardBlock(t *testing.T, ctx context.Context, c *cluster, volName string, chunk uint64, j, o uint32) *pb.ShardReadResponse {
+	t.Helper()
+	m := c.mapAt(t)
+	vol := m.Volume(volName)
+	for sg, g := range vol.SGs {
+		cl := brickClientE2E(t, m, g.Bricks[j])
+		inv, err := cl.ShardInventory(ctx, &pb.ShardInventoryRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(sg)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			r, err := inv.Recv()
+			if err != nil {
+				break
+			}
+			for _, s := range r.Stripes {
+				if s.Chunk != chunk {
+					continue
+				}
+				rr, err := cl.ShardRead(ctx, &pb.ShardReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(sg), Shard: j, Chunk: chunk,
+					StripeSeq: s.StripeSeq, First: o, Blocks: 1})
+				if err != nil {
+					t.Fatalf("shard read from %s: %v", g.Bricks[j], err)
+				}
+				return rr
+			}
+		}
+	}
+	t.Fatalf("no stripe of chunk %d found on the members of shard %d", chunk, j)
+	return nil
+}
+
+// brickClientE2E dials brick name of m for the rest of the test.
+func brickClientE2E(t *testing.T, m *clustermap.Map, name string) pb.BrickClient {
+	t.Helper()
+	conn, err := coordclient.Dial(m.Brick(name).Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return pb.NewBrickClient(conn)
+}
