@@ -2,6 +2,7 @@ package brick
 
 import (
 	"context"
+	"time"
 
 	"github.com/plumeria-fs/plumeria/brick/store"
 )
@@ -18,7 +19,7 @@ func NewRefSwap(block, gen, seq uint64, ref []byte) RefSwap {
 
 // SwapToRefs is swapToRefs.
 func (s *Server) SwapToRefs(ctx context.Context, vol uint64, pg uint32, blocks []RefSwap) (int, error) {
-	return s.swapToRefs(ctx, vol, pg, blocks)
+	return s.swapToRefs(ctx, vol, pg, blocks, time.Time{})
 }
 
 // Repair runs repair of key (of PG pg) under the serving map: the key is
@@ -32,3 +33,11 @@ func (s *Server) Repair(ctx context.Context, pg uint32, key store.Key) (store.Op
 // DropStripeCache forgets the shards this brick cached, so the next read
 // of a coded block fetches (or rebuilds) its shard.
 func (s *Server) DropStripeCache() { s.stripes = newStripeCache(stripeCacheBytes) }
+
+// SweepStripes runs one sweep of the stripe collector now (stripegc.go)
+// and returns the stripes it deleted.
+func (s *Server) SweepStripes(ctx context.Context) int { return s.sweepStripes(ctx) }
+
+// SetStripeGCGrace sets the collector's grace (Config.StripeGCGrace);
+// a coding step at this brick then swaps within half of it.
+func (s *Server) SetStripeGCGrace(d time.Duration) { s.gc.grace.Store(int64(d)) }

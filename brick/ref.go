@@ -2,6 +2,9 @@ package brick
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,6 +46,9 @@ func (s *Server) resolveRef(ctx context.Context, vol, block uint64, ref []byte) 
 // clients; nobody fences this one), as pruneWriter is a prune's.
 var coderWriter = &pb.Writer{Id: "plumeria.ec"}
 
+// errSwapLate is wrapped by swapToRefs when it would swap past its bound.
+var errSwapLate = errors.New("brick: swap to refs too late for the stripe collector")
+
 // refSwap asks swapToRefs to replace the entry of block at gen, if it
 // still has seq, by the ref payload ref (ec.EncodeRef).
 type refSwap struct {
@@ -66,10 +72,14 @@ type refSwap struct {
 // swapped, so no reader's bytes change. An entry at gen that a newer gen
 // has since hidden from the live volume keeps its content and may still
 // be swapped. It returns the count swapped; the others were left alone.
+//
+// notAfter, unless zero, bounds when the swap may happen: if, holding
+// the blocks, the time is past it, nothing is swapped and the error wraps
+// errSwapLate (the stripe collector's bound on a coding step, stripegc.go).
 // Errors: InvalidArgument for a block outside the PG, a key given twice,
 // a payload that is not a valid ref, or more than store.BatchOpsMax
 // blocks; the admission's and replication's refusals as a write gets.
-func (s *Server) swapToRefs(ctx context.Context, vol uint64, pg uint32, blocks []refSwap) (swapped int, err error) {
+func (s *Server) swapToRefs(ctx context.Context, vol uint64, pg uint32, blocks []refSwap, notAfter time.Time) (swapped int, err error) {
 	if len(blocks) == 0 {
 		return 0, nil
 	}
@@ -94,6 +104,9 @@ func (s *Server) swapToRefs(ctx context.Context, vol uint64, pg uint32, blocks [
 		return 0, err
 	}
 	defer unlock()
+	if late := time.Since(notAfter); !notAfter.IsZero() && late > 0 {
+		return 0, fmt.Errorf("swap to refs %v past its bound: %w", late.Round(time.Millisecond), errSwapLate)
+	}
 	metas, err := s.store.Metas(keys)
 	if err != nil {
 		return 0, storeErr(err, "swap to refs")

@@ -49,6 +49,14 @@ type Config struct {
 	// HistoryInterval is the time between passes counting live and
 	// history bytes (history.go); zero means historyEvery.
 	HistoryInterval time.Duration
+	// StripeGCInterval is the time between sweeps for unreferenced
+	// stripes (stripegc.go); zero means stripeGCEvery.
+	StripeGCInterval time.Duration
+	// StripeGCGrace is how long two sweeps must find a stripe
+	// unreferenced before it is deleted, and twice the longest a coding
+	// step may take from its first shard write to its swap; zero means
+	// stripeGCGrace. Every brick of a cluster must run the same value.
+	StripeGCGrace time.Duration
 }
 
 // Server is a running brick.
@@ -107,6 +115,7 @@ type Server struct {
 	}
 	usage    atomic.Pointer[[]*pb.PGUsage]
 	history  atomic.Pointer[historyReport] // the latest pass of historyLoop
+	gc       stripeGC                      // the stripe collector (stripegc.go)
 	inflight inflight                      // requests being served, by kind (memmetrics.go)
 	io       iostat.Counters               // client reads and writes served, for heartbeats
 }
@@ -130,6 +139,12 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 	if cfg.HistoryInterval == 0 {
 		cfg.HistoryInterval = historyEvery
 	}
+	if cfg.StripeGCInterval == 0 {
+		cfg.StripeGCInterval = stripeGCEvery
+	}
+	if cfg.StripeGCGrace == 0 {
+		cfg.StripeGCGrace = stripeGCGrace
+	}
 	dir := filepath.Join(cfg.DataDir, "store")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("brick: create %s: %w", dir, err)
@@ -142,6 +157,7 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		peers: newPeers(), stripes: newStripeCache(stripeCacheBytes), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
 		served: make(chan struct{}), kick: make(chan struct{}, 1), beat: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
+	s.gc.grace.Store(int64(cfg.StripeGCGrace))
 	s.replicaFailed = s.reportReplicaFailed
 	s.runCtx, s.cancelRun = context.WithCancel(context.Background())
 	s.latest.Store(&clustermap.Map{})
@@ -160,7 +176,8 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 }
 
 // Run registers with the coordinator (retrying until ctx ends) and starts
-// heartbeats, usage and history counting, pruning and the cleaner.
+// heartbeats, usage and history counting, pruning, stripe collection and
+// the cleaner.
 func (s *Server) Run(ctx context.Context) error {
 	for {
 		err := s.register(ctx)
@@ -173,7 +190,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
-	s.wg.Add(10)
+	s.wg.Add(11)
 	go s.installer()
 	go s.coreLoop()
 	go s.heartbeatLoop()
@@ -183,6 +200,7 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.rebuildLoop()
 	go s.shardOrphanLoop()
 	go s.pruneLoop()
+	go s.stripeGCLoop()
 	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()
 	return nil
 }

@@ -3,9 +3,11 @@ package brick
 import (
 	"container/list"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -381,6 +383,10 @@ func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uin
 	n := geo.ShardLen(end) // = len(shards[i]) in blocks
 	ref := ec.Ref{SG: sg, StripeSeq: seq, Len: uint16(n)}
 	st := stripeOf{vol: v, sg: &v.SGs[sg], geo: geo, ref: ref}
+	// The stripe collector may delete a stripe that two sweeps a grace
+	// apart found unreferenced: swap within half the grace of the first
+	// shard write, or not at all (the argument: stripegc.go).
+	stored := time.Now()
 	if err := s.putStripe(ctx, m, st, chunk, shards, n); err != nil {
 		return codeStats{}, err
 	}
@@ -389,7 +395,12 @@ func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uin
 	for i, l := range lives {
 		swaps[i] = refSwap{block: l.block, gen: l.gen, seq: l.seq, ref: payload}
 	}
-	swapped, err := s.swapToRefs(ctx, vol, pg, swaps)
+	grace := s.stripeGrace()
+	swapped, err := s.swapToRefs(ctx, vol, pg, swaps, stored.Add(grace/2))
+	if errors.Is(err, errSwapLate) {
+		s.deleteStripeOn(context.WithoutCancel(ctx), m, st, chunk) // no ref names it
+		return codeStats{}, status.Errorf(codes.Aborted, "code chunk %d of volume %s: %v (more than half the stripe collector's grace of %v since its shards were stored): abandoned, retry", chunk, v.Name, err, grace)
+	}
 	if err != nil {
 		// Some member may hold refs to the stripe: keep it (the stripe
 		// collector deletes it once no ref names it).
