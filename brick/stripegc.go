@@ -76,7 +76,7 @@ import (
 const (
 	stripeGCEvery      = time.Minute      // default Config.StripeGCInterval
 	stripeGCGrace      = 2 * time.Minute  // default Config.StripeGCGrace
-	stripeRefsBatchMax = 1024             // stripes per StripeRefs question
+	stripeRefsBatchMax = 256              // stripes per StripeRefs question (it holds off map installs while it runs)
 	stripeGCRPCTimeout = 30 * time.Second // one StripeRefs or ShardDelete
 )
 
