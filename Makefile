@@ -72,11 +72,12 @@ DURATION ?= 10m
 FAULTS ?= all
 CRASH_ITERATIONS ?= 200
 FILE_VERSIONS ?= false
+POLICY ?= ec=2+1
 CHAOS_RUN ?= TestChaos|TestCrashPoints
 chaos: deps
 	$(GO) test -count=1 -v -timeout 0 -run '$(CHAOS_RUN)' ./test/chaos/ -args -chaos.long \
 		-chaos.seed=$(SEED) -chaos.duration=$(DURATION) -chaos.faults=$(FAULTS) -chaos.crash-iterations=$(CRASH_ITERATIONS) \
-		-chaos.file-versions=$(FILE_VERSIONS)
+		-chaos.file-versions=$(FILE_VERSIONS) -chaos.policy=$(POLICY)
 
 # sim-soak runs the replication core's simulator (brick/repl) over many
 # seeds; a failure prints its seed and last events (docs/testing.md).

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/test/chaos/check"
 	"github.com/plumeria-fs/plumeria/test/chaos/plan"
@@ -74,7 +76,7 @@ func TestChaos(t *testing.T) {
 
 func runChaos(t *testing.T, seed uint64, kinds []plan.Kind) check.Summary {
 	dur := runDuration()
-	o := clusterOpts{netns: true, servers: 3, coordinators: 3, fsNodes: 3, replicas: 3, lockAlone: true, fileVersions: *flagVersions}
+	o := clusterOpts{netns: true, servers: 3, coordinators: 3, fsNodes: 3, replicas: 3, lockAlone: true, fileVersions: *flagVersions, policy: *flagPolicy}
 	if slices.Contains(kinds, plan.DiskFull) {
 		o.brickMiB = 1024
 	}
@@ -333,6 +335,7 @@ func (w *world) dumpStacks() {
 // finish unmounts every node cleanly, checks that the in-sync replicas of
 // every PG agree, runs fsck and scans the logs.
 func (w *world) finish() {
+	w.checkPolicy()
 	for _, name := range w.fsOrd {
 		if _, up := w.fs[name].state(); !up {
 			w.fs[name].p.stop(syscall.SIGKILL, time.Second)
@@ -354,6 +357,47 @@ func (w *world) finish() {
 		w.anomaly(a)
 	}
 	w.scanLogs()
+}
+
+// checkPolicy, when the run set an availability policy, logs how much of
+// the file system's data the movers put in stripes, and reports an anomaly
+// if none: the run would then not have tested coding under faults.
+func (w *world) checkPolicy() {
+	if w.opts.policy == "" {
+		return
+	}
+	for _, name := range w.fsOrd {
+		f := w.fs[name]
+		if _, up := f.state(); !up {
+			continue
+		}
+		buf := make([]byte, 64<<10)
+		n, err := unix.Getxattr(f.mnt, "user.plumeria.layout", buf)
+		if err != nil {
+			w.logf("layout of the root on %s: %v", name, err)
+			return
+		}
+		var l struct {
+			TotalBytes int64            `json:"total_bytes"`
+			Layouts    map[string]int64 `json:"layouts"`
+		}
+		if err := json.Unmarshal(buf[:n], &l); err != nil {
+			w.logf("layout of the root on %s: %v", name, err)
+			return
+		}
+		w.logf("policy %s: layout of the file system's data at the end: %v of %d bytes", w.opts.policy, l.Layouts, l.TotalBytes)
+		coded := int64(0)
+		for k, v := range l.Layouts {
+			if k != "home" {
+				coded += v
+			}
+		}
+		if coded == 0 && l.TotalBytes > 1<<20 {
+			w.anomaly(check.Anomaly{Kind: "policy without effect", Key: w.opts.policy,
+				Detail: fmt.Sprintf("no byte of %d in stripes after the run: %v", l.TotalBytes, l.Layouts)})
+		}
+		return
+	}
 }
 
 // fsckAnomaly names what fsck found: orphans alone (inodes with no links

@@ -57,6 +57,11 @@ type clusterOpts struct {
 	lockAlone    bool // lock servers as their own processes on lockPort
 	brickMiB     int  // > 0: each brick's directory is a tmpfs of this size
 	fileVersions bool // the volume keeps file versions (format --file-versions)
+	// policy, if set, is the availability policy of the file system's root
+	// (e.g. "ec=2+1"): every fs node's mover codes files into stripes in
+	// the background (--policy-quiet 0, a pass every few seconds) while
+	// the workload and the faults run.
+	policy string
 }
 
 // world is one run: hosts, processes, fs nodes and what was found.
@@ -429,12 +434,22 @@ func (w *world) startCluster() {
 		if err := os.MkdirAll(mnt, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		p := w.newProc(name, "fs", w.hosts[name], "mount", w.coordArg(), "--volume", volumeName, "--name", name, "--log-level", "info", mnt)
+		args := []string{"mount", w.coordArg(), "--volume", volumeName, "--name", name, "--log-level", "info"}
+		if o.policy != "" {
+			args = append(args, "--policy-quiet", "0", "--policy-interval", "5s")
+		}
+		p := w.newProc(name, "fs", w.hosts[name], append(args, mnt)...)
 		f := &fsNode{w: w, name: name, p: p, mnt: mnt, crashed: map[int]bool{}}
 		w.fs[name] = f
 		w.fsOrd = append(w.fsOrd, name)
 		if err := f.mount(); err != nil {
 			w.fatal(err)
+		}
+	}
+	if o.policy != "" {
+		root := w.fs[w.fsOrd[0]].mnt
+		if err := unix.Setxattr(root, "user.plumeria.policy", []byte(o.policy), 0); err != nil {
+			w.fatal(fmt.Errorf("policy %s on the root: %w", o.policy, err))
 		}
 	}
 }

@@ -59,6 +59,7 @@ var (
 	flagKeep       = flag.Bool("chaos.keep", false, "keep every run's directory, not only those of failed runs")
 	flagSummary    = flag.String("chaos.summary", "", "also write the summary table to this file (go test shows a passing package's output only with -v)")
 	flagVersions   = flag.Bool("chaos.file-versions", false, "TestChaos on a volume that keeps file versions (crash points always do)")
+	flagPolicy     = flag.String("chaos.policy", "ec=2+1", "TestChaos: availability policy of the root (files are coded into stripes while the faults run); \"\" for none")
 )
 
 // total sums every run of the package; TestMain prints its table.
