@@ -178,6 +178,17 @@ func converge(t *testing.T, m *clustermap.Map, limit int) *clustermap.Map {
 				}
 			}
 		}
+		for _, v := range m.Volumes {
+			for i, g := range v.SGs {
+				for _, s := range g.Syncing {
+					if n := clustermap.MarkSGSynced(m, v.ID, uint16(i), s, g.Leader(m), g.Since); n != nil {
+						mustValid(t, n)
+						m, changed = n, true
+						break
+					}
+				}
+			}
+		}
 		if !changed {
 			return m
 		}

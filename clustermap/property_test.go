@@ -46,7 +46,7 @@ func TestPropertyRandomOps(t *testing.T) {
 		for _, e := range []string{"all in-sync down", "draining brick left", "primary moved",
 			"degraded", "AddVolume refused", "same-domain volume", "brick returned to pg",
 			"volume with class or domain", "fullness changed", "class changed", "profile added", "profile refused",
-			"stripe member replaced", "stripe member synced"} {
+			"stripe member replaced", "stripe member synced", "stripe member moved off"} {
 			if total[e] == 0 {
 				t.Errorf("no run reached %q", e)
 			}
@@ -326,8 +326,18 @@ func (w *world) checkSGs(prev, next *clustermap.Map, v, pv *clustermap.Volume) {
 				continue
 			}
 			w.events["stripe member replaced"]++
-			if next.Brick(ob) != nil && next.Brick(ob).State == clustermap.BrickUp {
-				w.fatalf("volume %s sg %d: up member %s replaced by %s: %+v → %+v", v.Name, i, ob, b, old, g)
+			pol0 := &clustermap.Volume{Class: p.Class, Domain: p.Level}
+			if obb := next.Brick(ob); obb != nil && obb.State == clustermap.BrickUp {
+				// Only a draining or misfit member of a healthy group, one at a time.
+				healthy := len(old.Syncing) == 0
+				for _, x := range old.Bricks {
+					healthy = healthy && next.Brick(x).State == clustermap.BrickUp
+				}
+				misfit := !admits(pol0, obb) || !slices.Contains(obb.Features, clustermap.FeatureEC)
+				if !healthy || !(obb.Draining || misfit) || len(g.Syncing) != 1 {
+					w.fatalf("volume %s sg %d: up member %s replaced by %s: %+v → %+v", v.Name, i, ob, b, old, g)
+				}
+				w.events["stripe member moved off"]++
 			}
 			if !slices.Contains(old.Syncing, ob) {
 				up := 0

@@ -34,7 +34,9 @@ import (
 //  7. A stripe group's down member is replaced in place by a syncing
 //     brick that keeps the profile's rules, while K in-sync members are up
 //     (reconcileSG); its leader rebuilds it and reports (MarkSGSynced).
-//     Stripe groups are not rebalanced or drained yet.
+//     A draining member, or one that no longer fits the profile, of a
+//     healthy group is replaced the same way, one at a time. Stripe groups
+//     are not rebalanced.
 //
 // Reconcile never appoints a new primary by itself: the caller must only
 // declare a brick dead after its primary lease has run out.

@@ -305,10 +305,56 @@ func reconcileSG(m *Map, l load, v *Volume, gi int) bool {
 		l.replicas[nb]++
 		changed = true
 	}
+	if !changed && len(g.Syncing) == 0 {
+		changed = moveOffSG(m, l, r, g, gi)
+	}
 	if changed {
 		g.Since = m.Epoch + 1
 	}
 	return changed
+}
+
+// moveOffSG replaces one member of a healthy stripe group (every member up
+// and in sync) that is draining or no longer fits the profile (its class,
+// labels or features changed) by a brick that does, as syncing: the leader
+// rebuilds the position from the others. One at a time, so the group never
+// has fewer than K+M-1 complete positions.
+func moveOffSG(m *Map, l load, r rules, g *StripeGroup, gi int) bool {
+	for _, b := range g.Bricks {
+		if mb := m.Brick(b); mb == nil || mb.State != BrickUp {
+			return false
+		}
+	}
+	for i, b := range g.Bricks {
+		mb := m.Brick(b)
+		if !mb.Draining && r.admits(mb) {
+			continue
+		}
+		others := slices.Delete(slices.Clone(g.Bricks), i, i+1)
+		nb := pickReplica(m, l, r, sgSalt+gi, others, nil)
+		if nb == "" {
+			continue
+		}
+		g.Bricks[i] = nb
+		g.Syncing = append(g.Syncing, nb)
+		l.replicas[b]--
+		l.replicas[nb]++
+		return true
+	}
+	return false
+}
+
+// SGsOn counts the stripe group positions brick holds.
+func SGsOn(m *Map, brick string) int {
+	n := 0
+	for _, v := range m.Volumes {
+		for _, g := range v.SGs {
+			if slices.Contains(g.Bricks, brick) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // MarkSGSynced records that the leader of stripe group sg of vol rebuilt

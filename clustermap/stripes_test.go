@@ -245,3 +245,23 @@ func TestEnsureProfileSameHost(t *testing.T) {
 		t.Fatal("a volume that keeps hosts distinct admitted stripe groups on one host")
 	}
 }
+
+// TestDrainStripeGroup: a draining member of a healthy stripe group is
+// replaced in place (one at a time), and once rebuilt it holds no position.
+func TestDrainStripeGroup(t *testing.T) {
+	m := newMap(t, ecBricks(0, 5, 5, "")...)
+	m = place(t, m, clustermap.VolumeSpec{Name: "v", Replicas: 2, PGs: 2})
+	m, _ = ensure(t, m, "v", clustermap.Profile{K: 2, M: 1})
+	victim := m.Volume("v").SGs[0].Bricks[0]
+	if clustermap.SGsOn(m, victim) == 0 {
+		t.Fatal("victim in no stripe group")
+	}
+	n := m.Clone()
+	n.Brick(victim).Draining = true
+	n.Epoch++
+	m = converge(t, n, 200)
+	if got := clustermap.SGsOn(m, victim); got != 0 {
+		t.Fatalf("drained %s still holds %d stripe group positions: %+v", victim, got, m.Volume("v").SGs)
+	}
+	checkSGs(t, m, "v")
+}

@@ -313,7 +313,7 @@ func (s *Server) DrainBrick(ctx context.Context, r *pb.DrainBrickRequest) (*pb.D
 		if err != nil {
 			return nil, err
 		}
-		return &pb.DrainBrickResponse{PgsRemaining: int64(clustermap.PGsOn(m, r.Name))}, nil
+		return &pb.DrainBrickResponse{PgsRemaining: int64(clustermap.PGsOn(m, r.Name) + clustermap.SGsOn(m, r.Name))}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.DrainBrickResponse, error) { return cl.DrainBrick(ctx, r) })
 }
 
@@ -325,6 +325,9 @@ func (s *Server) RemoveBrick(ctx context.Context, r *pb.RemoveBrickRequest) (*pb
 			}
 			if n := clustermap.PGsOn(m, r.Name); n > 0 {
 				return nil, fmt.Errorf("remove: brick %s still holds %d placement groups; run `plumeria brick drain %s` and wait for it to finish", r.Name, n, r.Name)
+			}
+			if n := clustermap.SGsOn(m, r.Name); n > 0 {
+				return nil, fmt.Errorf("remove: brick %s still holds shards of %d stripe groups; run `plumeria brick drain %s` and wait for it to finish", r.Name, n, r.Name)
 			}
 			n := m.Clone()
 			n.Bricks = removeBrick(n.Bricks, r.Name)

@@ -88,7 +88,7 @@ type brickUsage struct {
 // volumeSpace is one brick's count of one volume's bytes.
 type volumeSpace struct {
 	live, history int64
-	stripe        int64 // shard bytes of the volume's stripes
+	stripe        int64     // shard bytes of the volume's stripes
 	taken         time.Time // when the count started, by this coordinator's clock
 }
 

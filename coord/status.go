@@ -103,8 +103,8 @@ type VolumeStatus struct {
 	// over the up bricks' latest counts: raw bytes on disk, every replica
 	// counted. SpaceReportMsAgo is the age of the oldest count in the sums
 	// (-1: no brick has reported the volume yet, and both are 0).
-	LiveBytes        int64 `json:"live_bytes"`
-	HistoryBytes     int64 `json:"history_bytes"`
+	LiveBytes    int64 `json:"live_bytes"`
+	HistoryBytes int64 `json:"history_bytes"`
 	// StripeBytes: the shard bytes of the volume's stripes (erasure coding),
 	// summed over the up bricks as LiveBytes is; the blocks they hold count
 	// in LiveBytes only as their refs (65 bytes each).
@@ -113,10 +113,10 @@ type VolumeStatus struct {
 	Profiles []string `json:"profiles,omitempty"`
 	// StripeGroups, DegradedStripeGroups, SyncingStripeGroups: the volume's
 	// stripe groups, those with a member down, and those being rebuilt.
-	StripeGroups         int `json:"stripe_groups,omitempty"`
-	DegradedStripeGroups int `json:"degraded_stripe_groups,omitempty"`
-	SyncingStripeGroups  int `json:"syncing_stripe_groups,omitempty"`
-	SpaceReportMsAgo int64 `json:"space_report_ms_ago"`
+	StripeGroups         int   `json:"stripe_groups,omitempty"`
+	DegradedStripeGroups int   `json:"degraded_stripe_groups,omitempty"`
+	SyncingStripeGroups  int   `json:"syncing_stripe_groups,omitempty"`
+	SpaceReportMsAgo     int64 `json:"space_report_ms_ago"`
 }
 
 func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {

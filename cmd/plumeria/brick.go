@@ -57,7 +57,7 @@ func brickDrainCmd() *cobra.Command {
 
 // waitDrained polls status and shows a bar of placement groups moved.
 func waitDrained(ctx context.Context, cl *coordclient.Client, name string, total int64) error {
-	bar := progressbar.NewOptions64(total, progressbar.OptionSetDescription("draining "+name+" (placement groups)"),
+	bar := progressbar.NewOptions64(total, progressbar.OptionSetDescription("draining "+name+" (placement groups and stripe group positions)"),
 		progressbar.OptionSetWriter(os.Stderr), progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true),
 		progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }))
 	stuck := time.Now()

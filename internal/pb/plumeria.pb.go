@@ -1510,6 +1510,8 @@ func (x *DrainBrickRequest) GetName() string {
 	return ""
 }
 
+// pgs_remaining counts the placement groups and the stripe group positions
+// the brick still holds.
 type DrainBrickResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	PgsRemaining  int64                  `protobuf:"varint,1,opt,name=pgs_remaining,json=pgsRemaining,proto3" json:"pgs_remaining,omitempty"`
