@@ -50,11 +50,14 @@ var coderWriter = &pb.Writer{Id: "plumeria.ec"}
 var errSwapLate = errors.New("brick: swap to refs too late for the stripe collector")
 
 // refSwap asks swapToRefs to replace the entry of block at gen, if it
-// still has seq, by the ref payload ref (ec.EncodeRef).
+// still has seq, by the ref payload ref (ec.EncodeRef) or, with data set
+// instead, by a put of data (moving a coded block back home: the entry
+// must then be a ref).
 type refSwap struct {
 	block, gen uint64
 	seq        uint64 // the seq of the entry the caller read (and coded)
 	ref        []byte
+	data       []byte // one block; nil for a swap to a ref
 }
 
 // swapToRefs replaces, at the primary of PG pg of volume vol and on every
@@ -112,23 +115,29 @@ func (s *Server) swapToRefs(ctx context.Context, vol uint64, pg uint32, blocks [
 		return 0, storeErr(err, "swap to refs")
 	}
 	var ops []store.Op
+	home := blocks[0].data != nil // checkSwaps: all of one kind
 	for i, b := range blocks {
-		if me := metas[i]; !me.Present || me.Tombstone || me.Seq != b.seq {
+		if me := metas[i]; !me.Present || me.Tombstone || me.Seq != b.seq || home && !me.Ref {
 			continue
 		}
 		seq, err := s.nextSeq(m.Epoch)
 		if err != nil {
 			return 0, err
 		}
-		ops = append(ops, store.Op{Kind: store.OpRef, Key: keys[i], Seq: seq, Ref: b.ref})
+		op := store.Op{Kind: store.OpRef, Key: keys[i], Seq: seq, Ref: b.ref}
+		if home {
+			op = store.Op{Kind: store.OpPut, Key: keys[i], Seq: seq, Data: b.data}
+		}
+		ops = append(ops, op)
 	}
 	if len(ops) == 0 {
 		return 0, nil
 	}
-	// A swap frees space (a 4 KiB put becomes a 65-byte ref), so it may
-	// use the metadata reserve, as a prune does: a full brick must still
-	// be able to code its data away.
-	if err := s.replicate(ctx, m, v, pg, p, coderWriter, ops, true); err != nil {
+	// A swap to refs frees space (a 4 KiB put becomes a 65-byte ref), so
+	// it may use the metadata reserve, as a prune does: a full brick must
+	// still be able to code its data away. Moving data home takes space
+	// like any write.
+	if err := s.replicate(ctx, m, v, pg, p, coderWriter, ops, !home); err != nil {
 		return 0, err
 	}
 	return len(ops), nil
@@ -146,8 +155,15 @@ func checkSwaps(v *clustermap.Volume, pg uint32, blocks []refSwap) ([]store.Key,
 		if got := clustermap.PGOfChunk(v.ID, b.block/per, len(v.PGs)); got != pg {
 			return nil, nil, status.Errorf(codes.InvalidArgument, "swap of block %d of volume %s to a ref at pg %d: the block is in pg %d", b.block, v.Name, pg, got)
 		}
-		if _, err := ec.DecodeRef(b.ref); err != nil {
-			return nil, nil, status.Errorf(codes.InvalidArgument, "swap of block %d of volume %s: %v", b.block, v.Name, err)
+		switch {
+		case (b.data != nil) != (blocks[0].data != nil):
+			return nil, nil, status.Errorf(codes.InvalidArgument, "swap of block %d of volume %s: refs and puts mixed in one swap", b.block, v.Name)
+		case b.data != nil && (len(b.data) != limits.BlockBytes || b.ref != nil):
+			return nil, nil, status.Errorf(codes.InvalidArgument, "swap of block %d of volume %s home: %d bytes, want one block and no ref", b.block, v.Name, len(b.data))
+		case b.data == nil:
+			if _, err := ec.DecodeRef(b.ref); err != nil {
+				return nil, nil, status.Errorf(codes.InvalidArgument, "swap of block %d of volume %s: %v", b.block, v.Name, err)
+			}
 		}
 		keys[i] = store.Key{Vol: v.ID, Block: b.block, Gen: b.gen}
 		if seen[keys[i]] {

@@ -40,11 +40,16 @@ var (
 		Help: "Shards of stripes rebuilt from the others for a read (member down, missing or corrupt blocks)."})
 )
 
-// stripeKey names one shard of one stripe. Stripes are immutable, so a
-// shard's bytes under a key never change: the cache needs no invalidation.
+// stripeKey names one shard of one stripe. A stripe is (vol, sg, chunk,
+// seq): seqs are epoch<<32 | a counter of the brick that coded it, so two
+// primaries under one epoch may both code a stripe with the same seq on
+// one group, for different chunks (a chunk's primary changes only with the
+// epoch, so (chunk, seq) is unique). Stripes are immutable, so a shard's
+// bytes under a key never change: the cache needs no invalidation.
 type stripeKey struct {
 	vol   uint64
 	sg    uint16
+	chunk uint64
 	seq   uint64
 	shard int
 }
@@ -154,7 +159,7 @@ func (s *Server) readCoded(ctx context.Context, vol, block uint64, ref ec.Ref) (
 // the cache, from its member, or rebuilt from K others (and then written
 // back to a member that lacked blocks of it or held them corrupt).
 func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, j int) ([]byte, error) {
-	key := stripeKey{st.vol.ID, st.ref.SG, st.ref.StripeSeq, j}
+	key := stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, j}
 	if d := s.stripes.get(key); d != nil {
 		return d, nil
 	}
@@ -221,7 +226,7 @@ func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf
 			continue
 		}
 		g.Go(func() error {
-			d := s.stripes.get(stripeKey{st.vol.ID, st.ref.SG, st.ref.StripeSeq, i})
+			d := s.stripes.get(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i})
 			if d == nil {
 				var bad []uint32
 				var err error
@@ -414,7 +419,7 @@ func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uin
 	}
 	stats.coded = true
 	for i := range shards {
-		s.stripes.put(stripeKey{v.ID, sg, seq, i}, shards[i])
+		s.stripes.put(stripeKey{v.ID, sg, chunk, seq, i}, shards[i])
 	}
 	stripesCoded.Inc()
 	return stats, nil
@@ -464,8 +469,8 @@ var relayoutSlots = make(chan struct{}, 4)
 // Relayout codes one chunk of a PG this brick leads into a stripe of the
 // request's profile (codeChunk).
 func (s *Server) Relayout(ctx context.Context, r *pb.RelayoutRequest) (*pb.RelayoutResponse, error) {
-	if r.Profile == 0 || r.Profile > 0xffff {
-		return nil, status.Errorf(codes.InvalidArgument, "relayout to profile %d: give a profile of the volume (1..65535); moving data back to its home replication is not built yet", r.Profile)
+	if r.Profile > 0xffff {
+		return nil, status.Errorf(codes.InvalidArgument, "relayout to profile %d: give a profile of the volume (0..65535)", r.Profile)
 	}
 	m, done, err := s.begin(ctx, r.MapEpoch, r.Vol, r.Pg)
 	if err != nil {
@@ -485,9 +490,59 @@ func (s *Server) Relayout(ctx context.Context, r *pb.RelayoutRequest) (*pb.Relay
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
-	st, err := s.codeChunk(ctx, r.Vol, r.Pg, r.Chunk, uint16(r.Profile))
+	code := s.codeChunk
+	if r.Profile == 0 {
+		code = func(ctx context.Context, vol uint64, pg uint32, chunk uint64, _ uint16) (codeStats, error) {
+			return s.decodeChunk(ctx, vol, pg, chunk)
+		}
+	}
+	st, err := code(ctx, r.Vol, r.Pg, r.Chunk, uint16(r.Profile))
 	if err != nil {
 		return nil, err
 	}
 	return &pb.RelayoutResponse{Swapped: uint32(st.swapped), Changed: uint32(st.changed), StripeBytes: st.bytes}, nil
+}
+
+// decodeChunk moves the coded blocks of chunk (of PG pg of vol, which this
+// brick leads) back home: each live ref whose entry is unchanged since it
+// was read is replaced by a put of its data (read from its stripe), under
+// the blocks' exclusive locks like a swap to refs. The stripes they named
+// are collected once nothing names them (stripegc.go).
+func (s *Server) decodeChunk(ctx context.Context, vol uint64, pg uint32, chunk uint64) (codeStats, error) {
+	m := s.serving.Load()
+	v := m.VolumeByID(vol)
+	if v == nil {
+		return codeStats{}, status.Errorf(codes.NotFound, "volume %d not in map epoch %d", vol, m.Epoch)
+	}
+	if got := clustermap.PGOfChunk(vol, chunk, len(v.PGs)); got != pg {
+		return codeStats{}, status.Errorf(codes.InvalidArgument, "chunk %d of volume %s is in pg %d, not %d", chunk, v.Name, got, pg)
+	}
+	per := uint64(v.ChunkBytes) / limits.BlockBytes
+	lo := chunk * per
+	blocks, err := s.store.LatestRangeAt(vol, lo, lo+per, store.Reader{Gen: v.LiveReadGen()}, nil)
+	if err != nil {
+		return codeStats{}, storeErr(err, "move chunk home")
+	}
+	var swaps []refSwap
+	for _, b := range blocks {
+		if b.Err != nil {
+			return codeStats{}, storeErr(b.Err, fmt.Sprintf("move chunk %d of volume %s home", chunk, v.Name))
+		}
+		if !b.Entry.Ref {
+			continue
+		}
+		d, err := s.resolveRef(ctx, vol, b.Entry.Block, b.Ref)
+		if err != nil {
+			return codeStats{}, err
+		}
+		swaps = append(swaps, refSwap{block: b.Entry.Block, gen: b.Entry.Gen, seq: b.Entry.Seq, data: d})
+	}
+	if len(swaps) == 0 {
+		return codeStats{}, nil
+	}
+	swapped, err := s.swapToRefs(ctx, vol, pg, swaps, time.Time{})
+	if err != nil {
+		return codeStats{}, err
+	}
+	return codeStats{coded: swapped > 0, swapped: swapped, changed: len(swaps) - swapped}, nil
 }

@@ -28,9 +28,8 @@ import (
 //   - every live block in the profile: compliant;
 //   - changed within Config.MoveQuiet: left for a later pass (new data
 //     lands replicated and is coded once it stops changing);
-//   - the policy is the home and some blocks are in stripes: reported,
-//     not moved (moving back to the volume's replication is not built);
-//   - else Relayout.
+//   - else Relayout (to profile 0 when the policy is the volume's own
+//     replication and some blocks are in stripes: they move back home).
 //
 // A file with hard links in directories of different policies gets the
 // stricter one (Policy.stricter: more failures survived first).
@@ -66,7 +65,7 @@ type MoveStats struct {
 	Compliant      int   // of them with every live block where the policy wants it
 	Moved          int   // relayouted by this pass
 	Quiet          int   // not compliant, changed within MoveQuiet: left for later
-	Unmovable      int   // in stripes while the policy is the home (not built)
+	Unmovable      int   // kept for the report's shape: always 0 now that data moves home too
 	Failed         int   // a profile refused, or a layout or relayout failed (logged)
 	TotalBytes     int64 // live bytes of the files (whole blocks)
 	CompliantBytes int64 // of them where their policy wants them, after the pass
@@ -419,9 +418,8 @@ func (fs *FS) entriesOf(ctx context.Context, dino uint64) ([]dir.Entry, error) {
 // passMemo holds a pass's answers per policy: the profile id, or why it
 // was refused (each logged once).
 type passMemo struct {
-	targets  map[Policy]uint16
-	refused  map[Policy]error
-	toldHome bool
+	targets map[Policy]uint16
+	refused map[Policy]error
 }
 
 func (fs *FS) target(ctx context.Context, pm *passMemo, p Policy) (uint16, error) {
@@ -515,15 +513,6 @@ func (fs *FS) moveFile(ctx context.Context, ino uint64, p Policy, partial bool, 
 		return nil
 	}
 	st.CompliantBytes += lay[id] * layout.BlockBytes
-	if id == 0 {
-		st.Unmovable++
-		if !pm.toldHome {
-			pm.toldHome = true
-			fs.log.Warn("mover: files in stripes under a directory whose policy is the volume's own replication: moving back to the volume's replication is not built yet",
-				"ino", ino, "policy", p.String())
-		}
-		return nil
-	}
 	if quiet := fs.moveQuiet(); quiet > 0 && toTime(fs.now()).Sub(f.mtime) < quiet {
 		st.Quiet++
 		return nil

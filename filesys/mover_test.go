@@ -362,7 +362,9 @@ func TestMoverHardLinksTakeStricter(t *testing.T) {
 	}
 }
 
-func TestMoverHomeNotMovedBack(t *testing.T) {
+// TestMoverMovesBackHome: a directory whose policy becomes the volume's own
+// replication has its coded files moved back home (relayout to profile 0).
+func TestMoverMovesBackHome(t *testing.T) {
 	ctx := context.Background()
 	w := newMoverWorld(t, -1)
 	d := w.mkdir(t, RootIno, "d", "ec=4+2")
@@ -374,12 +376,14 @@ func TestMoverHomeNotMovedBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, err := w.fs.MoveData(ctx, nil)
-	if err != nil || st.Unmovable != 1 || st.Pending() != 1 || st.Failed != 0 {
+	if err != nil || st.Moved != 1 || st.Pending() != 0 || st.Failed != 0 {
 		t.Fatalf("%+v %v", st, err)
 	}
-	for _, c := range w.pd.calls() {
-		if c.id == 0 {
-			t.Fatalf("relayout to the home: %+v", c)
-		}
+	calls := w.pd.calls()
+	if last := calls[len(calls)-1]; last.id != 0 {
+		t.Fatalf("last relayout to profile %d, want 0 (home): %+v", last.id, calls)
+	}
+	if st, err := w.fs.MoveData(ctx, nil); err != nil || st.Moved != 0 || st.Compliant != 1 {
+		t.Fatalf("a pass after the move home: %+v %v", st, err)
 	}
 }

@@ -26,11 +26,12 @@ type RelayoutStats struct {
 const relayoutParallel = 8
 
 // Relayout moves the live data of [off, off+n) into stripes of the
-// volume's profile (an id from EnsureProfile, not 0), chunk by chunk: the
+// volume's profile (an id from EnsureProfile), chunk by chunk: the
 // primary of each chunk's PG codes it, stores the shards on a stripe group
 // of the profile and swaps each block that did not change meanwhile for a
-// ref. Reads see the same bytes throughout. progress (may be nil) is
-// called after each chunk with the chunks done and the total.
+// ref. Profile 0 moves coded blocks back home (each ref replaced by a put
+// of its data). Reads see the same bytes throughout. progress (may be nil)
+// is called after each chunk with the chunks done and the total.
 func (v *Volume) Relayout(ctx context.Context, off, n uint64, profile uint16, progress func(done, total int64)) (RelayoutStats, error) {
 	vol := v.Map().Volume(v.name)
 	if vol != nil && vol.Profile(profile) == nil && profile != 0 {
@@ -42,7 +43,7 @@ func (v *Volume) Relayout(ctx context.Context, off, n uint64, profile uint16, pr
 	if vol == nil {
 		return RelayoutStats{}, fmt.Errorf("volume %s: %w", v.name, ErrNoVolume)
 	}
-	if profile == 0 || vol.Profile(profile) == nil {
+	if profile != 0 && vol.Profile(profile) == nil {
 		return RelayoutStats{}, fmt.Errorf("volume %s: relayout: no profile %d (EnsureProfile first)", v.name, profile)
 	}
 	if n == 0 {

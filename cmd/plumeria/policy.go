@@ -35,8 +35,9 @@ New data always lands in the volume's own replication; every mounted node's
 mover moves files into their policy's layout in the background: at once
 when a policy is set or a file is moved into a directory of another
 policy, and every ` + filesys.MoveInterval.String() + ` otherwise, once a file has not changed for
-` + filesys.MoveQuietDefault.String() + `. Files stay readable and writable throughout. Moving data back
-to the volume's own replication is not built yet.`,
+` + filesys.MoveQuietDefault.String() + `. Files stay readable and writable throughout, and data in
+stripes moves back to the volume's own replication when that becomes the
+policy.`,
 	}
 	c.AddCommand(policySetCmd(), policyShowCmd(), policyApplyCmd())
 	return c
@@ -171,7 +172,7 @@ func availabilityOf(path, policy, from string, info filesys.LayoutInfo) (availab
 	}
 	s.Compliant = s.CompliantBytes == s.TotalBytes
 	if !s.Compliant && want == "home" && info.CompliantBytes == nil {
-		s.Note = "data in stripes under the volume's own replication: moving back to the volume's replication is not built yet"
+		s.Note = "data in stripes under the volume's own replication: the mover moves it back home"
 	}
 	return s, nil
 }

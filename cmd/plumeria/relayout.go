@@ -28,7 +28,9 @@ func vdiskRelayoutCmd() *cobra.Command {
 bricks of the class, distinct at the domain level) and has the primary of every
 chunk in the range code the chunk's live blocks into a stripe and replace them by
 references to it. Reads and writes go on meanwhile and see the same bytes; data
-written afterwards lands replicated again (run relayout again, or use a policy).`,
+written afterwards lands replicated again (run relayout again, or use a policy).
+A profile equal to the volume's own replication (e.g. copies=3 on a volume of 3
+replicas) moves coded blocks back home.`,
 		Example: "  plumeria vdisk relayout --coord 127.0.0.1:7001 --volume vol1 --offset 0 --length 1GiB --profile 4+2 --domain rack",
 		Args:    cobra.NoArgs,
 	}
@@ -77,9 +79,7 @@ written afterwards lands replicated again (run relayout again, or use a policy).
 		if err != nil {
 			return fmt.Errorf("relayout %s: profile %s: %w", vol, p, err)
 		}
-		if id == 0 {
-			return fmt.Errorf("relayout %s: %s is the volume's own replication; moving data back out of stripes is not built yet", vol, p)
-		}
+		home := id == 0 // the volume's own replication: coded blocks move back home
 		v, err := volume.Open(cmd.Context(), cl, vol, volume.Options{})
 		if err != nil {
 			return err
@@ -100,6 +100,11 @@ written afterwards lands replicated again (run relayout again, or use a policy).
 		ratio := ""
 		if st.Swapped > 0 {
 			ratio = fmt.Sprintf(" (%.2fx the data)", float64(st.StripeBytes)/float64(st.Swapped*ec.BlockBytes))
+		}
+		if home {
+			fmt.Printf("relayout %s: %s moved back to the volume's own replication from stripes in %d of %d chunks; %d blocks changed meanwhile\n",
+				vol, humanBytes(st.Swapped*ec.BlockBytes), st.Coded, st.Chunks, st.Changed)
+			return nil
 		}
 		fmt.Printf("relayout %s: %d of %d chunks coded to %s, %s moved, %s of stripes stored%s; %d blocks changed meanwhile and stay replicated\n",
 			vol, st.Coded, st.Chunks, p, humanBytes(st.Swapped*ec.BlockBytes), humanBytes(st.StripeBytes), ratio, st.Changed)

@@ -22,7 +22,8 @@ import (
 // show reports compliance with every byte in ec=4+2, and the files stay
 // readable and writable throughout (a writer appends and a reader checks
 // while they move); a file renamed into the directory is moved too; a
-// policy that makes no sense is refused and changes nothing.
+// policy that makes no sense is refused and changes nothing; set back to
+// the volume's own copies, the data moves home.
 func TestPolicies(t *testing.T) {
 	fsReady(t)
 	_, rng := seed(t)
@@ -166,5 +167,21 @@ func TestPolicies(t *testing.T) {
 	})
 	if b, err := os.ReadFile(moved); err != nil || !bytes.Equal(b, data) {
 		t.Fatalf("renamed file: %d bytes, %v", len(b), err)
+	}
+	files[moved] = data
+
+	// Back to the volume's own two copies: the data moves home.
+	if r := c.run(4*time.Minute, nil, "policy", "set", dir, "copies=2", "--wait", "--timeout", "3m"); r.code != 0 {
+		t.Fatalf("policy set copies=2 --wait: %s", r)
+	}
+	got = show(dir)
+	layouts, _ = got["layouts"].(map[string]any)
+	if got["compliant"] != true || layouts["ec=4+2"] != nil && layouts["ec=4+2"].(float64) != 0 {
+		t.Fatalf("after moving home: %v", got)
+	}
+	for name, want := range files {
+		if b, err := os.ReadFile(name); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("%s after moving home: %d bytes, %v", name, len(b), err)
+		}
 	}
 }
