@@ -163,7 +163,25 @@ func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf
 	if d := s.stripes.get(key); d != nil {
 		return d, nil
 	}
+	// A reader walking the chunk (another data shard of this stripe is
+	// cached) will want the rest too: fetch them in parallel with j, so a
+	// chunk costs two rounds of shard reads, not K. A lone read of a
+	// block fetches its own shard only.
+	var prefetch sync.WaitGroup
+	if s.stripeWalked(st, chunk, j) {
+		for i := range st.geo.Profile().K {
+			if i == j || s.stripes.get(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}) != nil {
+				continue
+			}
+			prefetch.Go(func() {
+				if d, bad, err := s.fetchShard(ctx, m, st, chunk, i); err == nil && len(bad) == 0 {
+					s.stripes.put(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}, d)
+				}
+			})
+		}
+	}
 	d, bad, err := s.fetchShard(ctx, m, st, chunk, j)
+	prefetch.Wait()
 	if err == nil && len(bad) == 0 {
 		s.stripes.put(key, d)
 		return d, nil
@@ -174,11 +192,26 @@ func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf
 		return nil, fmt.Errorf("%w (shard %d: %v)", err2, j, errOr(err, fmt.Errorf("blocks %v missing or corrupt", bad)))
 	}
 	d = shards[j]
-	s.stripes.put(key, d)
+	for i := range st.geo.Profile().K { // the data shards read or rebuilt: the rest of the chunk's blocks
+		if shards[i] != nil {
+			s.stripes.put(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}, shards[i])
+		}
+	}
 	if err == nil && len(bad) > 0 {
 		s.repairShard(ctx, m, st, chunk, j, d, bad)
 	}
 	return d, nil
+}
+
+// stripeWalked reports whether a data shard of the stripe other than j is
+// cached.
+func (s *Server) stripeWalked(st stripeOf, chunk uint64, j int) bool {
+	for i := range st.geo.Profile().K {
+		if i != j && s.stripes.get(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func errOr(err, alt error) error {
