@@ -21,7 +21,8 @@ var orphansRemoved = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_
 	Help: "Blocks removed because this brick no longer belongs to their placement group."})
 
 // orphanLoop periodically frees blocks of placement groups this brick was
-// moved out of (drain, rebalance, replaced while down).
+// moved out of (drain, rebalance, replaced while down), and shards of
+// stripe groups it left (shardorphans.go).
 func (s *Server) orphanLoop() {
 	defer s.wg.Done()
 	t := time.NewTicker(orphanEvery)
@@ -33,6 +34,7 @@ func (s *Server) orphanLoop() {
 		case <-t.C:
 		}
 		s.collectOrphans()
+		s.collectShardOrphans()
 	}
 }
 

@@ -50,11 +50,7 @@ func TestRebuildStripeGroups(t *testing.T) {
 	if err := v.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	var resp *pb.EnsureProfileResponse
-	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "rb", Profile: &pb.Profile{K: 4, M: 2}})
-		return err
-	})
+	resp := ensureProfile(t, tc.cl, "rb", 4, 2)
 	if st, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil || st.Coded != 7 {
 		t.Fatalf("relayout: %+v, %v; want 7 chunks coded", st, err)
 	}
@@ -305,11 +301,7 @@ func TestRebuildLostStripe(t *testing.T) {
 	if err := v.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	var resp *pb.EnsureProfileResponse
-	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "lost", Profile: &pb.Profile{K: 4, M: 2}})
-		return err
-	})
+	resp := ensureProfile(t, tc.cl, "lost", 4, 2)
 	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
 		t.Fatal(err)
 	}

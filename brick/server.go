@@ -190,7 +190,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("cannot register with a coordinator yet; retrying", "err", err)
 	}
 	s.log.Info("brick registered", "addr", s.cfg.Addr, "epoch", s.latest.Load().Epoch)
-	s.wg.Add(11)
+	s.wg.Add(10)
 	go s.installer()
 	go s.coreLoop()
 	go s.heartbeatLoop()
@@ -198,7 +198,6 @@ func (s *Server) Run(ctx context.Context) error {
 	go s.historyLoop()
 	go s.orphanLoop()
 	go s.rebuildLoop()
-	go s.shardOrphanLoop()
 	go s.pruneLoop()
 	go s.stripeGCLoop()
 	go func() { defer s.wg.Done(); s.store.RunCleaner(s.ctx(), 10*time.Second) }()

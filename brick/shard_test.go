@@ -23,11 +23,7 @@ import (
 func TestShards(t *testing.T) {
 	cl := startCluster(t, 4, time.Hour)
 	createVolume(t, cl, "v", false)
-	var resp *pb.EnsureProfileResponse
-	call(t, cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "v", Profile: &pb.Profile{K: 2, M: 1}})
-		return err
-	})
+	resp := ensureProfile(t, cl, "v", 2, 1)
 	m, err := clustermap.Decode(resp.MapJson)
 	if err != nil {
 		t.Fatal(err)

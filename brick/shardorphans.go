@@ -3,7 +3,6 @@ package brick
 import (
 	"context"
 	"slices"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -19,22 +18,6 @@ import (
 
 var orphanShardsRemoved = promauto.NewCounter(prometheus.CounterOpts{Name: "plumeria_brick_orphan_shard_blocks_removed_total",
 	Help: "Shard blocks removed because this brick no longer belongs to their stripe group."})
-
-// shardOrphanLoop periodically frees shards of stripe groups this brick
-// was moved out of.
-func (s *Server) shardOrphanLoop() {
-	defer s.wg.Done()
-	t := time.NewTicker(orphanEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		s.collectShardOrphans()
-	}
-}
 
 // shardVolOf splits a store volume id of shards (shardVol) into its
 // volume and stripe group; ok is false for other ids.

@@ -42,11 +42,7 @@ func TestCodedChunks(t *testing.T) {
 	if err := v.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	var resp *pb.EnsureProfileResponse
-	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "ec", Profile: &pb.Profile{K: 4, M: 2}})
-		return err
-	})
+	resp := ensureProfile(t, tc.cl, "ec", 4, 2)
 	blocks := int64((size + limits.BlockBytes - 1) / limits.BlockBytes)
 	layout := func(want map[uint16]int64) {
 		t.Helper()
@@ -206,11 +202,7 @@ func TestCodedFailover(t *testing.T) {
 	if err := v.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	var resp *pb.EnsureProfileResponse
-	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "ecf", Profile: &pb.Profile{K: 4, M: 2}})
-		return err
-	})
+	resp := ensureProfile(t, tc.cl, "ecf", 4, 2)
 	if _, err := v.Relayout(ctx, 0, uint64(size), uint16(resp.Id), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -228,4 +220,16 @@ func TestCodedFailover(t *testing.T) {
 		}
 		t.Fatalf("with %s stopped, the first wrong byte is at %d (chunk %d)", victim, i, i>>20)
 	}
+}
+
+// ensureProfile admits profile k+m on volume vol through the coordinator
+// and returns its id and the new map's bytes.
+func ensureProfile(t *testing.T, cl *coordclient.Client, vol string, k, m uint32) *pb.EnsureProfileResponse {
+	t.Helper()
+	var resp *pb.EnsureProfileResponse
+	call(t, cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
+		resp, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: vol, Profile: &pb.Profile{K: k, M: m}})
+		return err
+	})
+	return resp
 }

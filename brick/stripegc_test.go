@@ -63,11 +63,7 @@ func TestStripeGC(t *testing.T) {
 	if err := v.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
 	}
-	var prof *pb.EnsureProfileResponse
-	call(t, tc.cl, "ensure profile", func(ctx context.Context, c pb.CoordinatorClient) (err error) {
-		prof, err = c.EnsureProfile(ctx, &pb.EnsureProfileRequest{Volume: "gc", Profile: &pb.Profile{K: 4, M: 2}})
-		return err
-	})
+	prof := ensureProfile(t, tc.cl, "gc", 4, 2)
 	relayout := func(chunk, chunks int, coded int64) {
 		t.Helper()
 		st, err := v.Relayout(ctx, uint64(chunk*cb), uint64(chunks*cb), uint16(prof.Id), nil)
