@@ -348,7 +348,8 @@ type codeStats struct {
 // brick leads) into a stripe of profile on one of its healthy stripe
 // groups and swaps them for refs. Blocks already refs are read and coded
 // again (into the new stripe), so a chunk written after it was coded gets
-// one stripe again. A chunk with no data is left alone. Shards are stored
+// one stripe again. A chunk with no data, or whose live blocks are all
+// refs to stripes of profile already, is left alone. Shards are stored
 // before any ref names them, all of them or none (a failed ShardPut
 // deletes the others: a stripe is never made degraded).
 func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uint64, profile uint16) (codeStats, error) {
@@ -381,6 +382,7 @@ func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uin
 	}
 	var lives []live
 	end := 0
+	done := true // every live block already a ref to a stripe of profile
 	for _, b := range blocks {
 		if b.Err != nil {
 			return codeStats{}, storeErr(b.Err, fmt.Sprintf("code chunk %d of volume %s", chunk, v.Name)) // repaired by a read first
@@ -390,17 +392,22 @@ func (s *Server) codeChunk(ctx context.Context, vol uint64, pg uint32, chunk uin
 		}
 		d := b.Data
 		if b.Entry.Ref {
+			if r, err := ec.DecodeRef(b.Ref); err != nil || int(r.SG) >= len(v.SGs) || v.SGs[r.SG].Profile != profile {
+				done = false
+			}
 			if d, err = s.resolveRef(ctx, vol, b.Entry.Block, b.Ref); err != nil {
 				return codeStats{}, err
 			}
+		} else {
+			done = false
 		}
 		i := int(b.Entry.Block - lo)
 		copy(data[i*limits.BlockBytes:], d)
 		lives = append(lives, live{b.Entry.Block, b.Entry.Gen, b.Entry.Seq})
 		end = i + 1
 	}
-	if len(lives) == 0 {
-		return codeStats{}, nil
+	if len(lives) == 0 || done {
+		return codeStats{}, nil // nothing to code, or coded already: no new stripe, no garbage
 	}
 	coder, err := s.coder(ep, geo.ChunkBytes())
 	if err != nil {
