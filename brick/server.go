@@ -70,10 +70,12 @@ type Server struct {
 	// holds one Reed-Solomon coder per profile and chunk size.
 	stopOnce sync.Once
 	stripes  *stripeCache
-	codersMu sync.Mutex
-	coders   map[[3]int]*ec.Coder
-	stop     chan struct{}
-	wg       sync.WaitGroup
+	// relayoutSlots holds one token per chunk being coded (Relayout).
+	relayoutSlots chan struct{}
+	codersMu      sync.Mutex
+	coders        map[[3]int]*ec.Coder
+	stop          chan struct{}
+	wg            sync.WaitGroup
 
 	runCtx    context.Context // background work; cancelled by Stop
 	cancelRun context.CancelFunc
@@ -154,7 +156,8 @@ func New(cfg Config, gs *grpc.Server) (*Server, error) {
 		return nil, fmt.Errorf("brick %s: open store in %s: %w", cfg.Name, dir, err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("role", "brick", "brick", cfg.Name), store: st,
-		peers: newPeers(), stripes: newStripeCache(stripeCacheBytes), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
+		peers: newPeers(), stripes: newStripeCache(stripeCacheBytes),
+		relayoutSlots: make(chan struct{}, relayoutSlotsMax), stop: make(chan struct{}), pgLock: map[pgKey]*pgLock{}, reporting: map[pgKey]bool{},
 		served: make(chan struct{}), kick: make(chan struct{}, 1), beat: make(chan struct{}, 1), coreKick: make(chan struct{}, 1), pruneKick: make(chan struct{}, 1)}
 	s.bf.running = map[bfKey]bool{}
 	s.gc.grace.Store(int64(cfg.StripeGCGrace))

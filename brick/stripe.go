@@ -502,9 +502,9 @@ func (s *Server) deleteStripeOn(ctx context.Context, m *clustermap.Map, st strip
 	}
 }
 
-// relayoutSlots bounds the chunks a brick codes at once (each holds the
-// chunk and its K+M shards in memory: about 2.5 chunks' bytes).
-var relayoutSlots = make(chan struct{}, 4)
+// relayoutSlotsMax bounds the chunks a brick codes at once (each holds
+// the chunk and its K+M shards in memory: about 2.5 chunks' bytes).
+const relayoutSlotsMax = 4
 
 // Relayout codes one chunk of a PG this brick leads into a stripe of the
 // request's profile (codeChunk).
@@ -525,8 +525,8 @@ func (s *Server) Relayout(ctx context.Context, r *pb.RelayoutRequest) (*pb.Relay
 		return nil, status.Errorf(codes.FailedPrecondition, "stale map epoch %d: brick %s does not lead volume %s pg %d at epoch %d (%s does)", r.MapEpoch, s.cfg.Name, v.Name, r.Pg, m.Epoch, p.Primary())
 	}
 	select {
-	case relayoutSlots <- struct{}{}:
-		defer func() { <-relayoutSlots }()
+	case s.relayoutSlots <- struct{}{}:
+		defer func() { <-s.relayoutSlots }()
 	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
