@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/plumeria-fs/plumeria/coord"
 )
 
@@ -37,32 +35,9 @@ func TestECDirectory(t *testing.T) {
 		}
 		total = n
 	}
-	c := newCluster(t)
-	p := c.newProc("c1")
-	p.coordinator = true
-	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}
-	c.start(p)
-	for i := 1; i <= 8; i++ {
-		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i), "--domain", fmt.Sprintf("host=h%d,rack=r%d", i, i))
-	}
-	c.waitStatus(60*time.Second, "8 bricks up and a lock server", func(st *coord.Status) (bool, string) {
-		up := 0
-		for _, b := range st.Bricks {
-			if b.State == "up" {
-				up++
-			}
-		}
-		return up == 8 && len(st.LockServers) == 1, fmt.Sprintf("%d bricks up, %d lock servers", up, len(st.LockServers))
-	})
-	c.cli("format", c.coordArg(), "--volume", "fs", "--replicas", "3")
-	n1 := c.newProc("n1")
-	mnt := filepath.Join(c.dir, "n1.mnt")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n1.args = []string{"mount", c.coordArg(), "--volume", "fs", "--name", "n1", "--policy-quiet", "0", "--policy-interval", "5s", mnt}
-	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
-	mnt = c.mountNode("n1")
+	c, mnt := startPolicyCluster(t, 8, "3", func(i int) []string {
+		return []string{"--domain", fmt.Sprintf("host=h%d,rack=r%d", i, i)}
+	}, "--policy-interval", "5s")
 
 	dir := filepath.Join(mnt, "archive")
 	if err := os.Mkdir(dir, 0o755); err != nil {

@@ -16,6 +16,41 @@ import (
 	"github.com/plumeria-fs/plumeria/coord"
 )
 
+// startPolicyCluster starts a coordinator with a lock server, bricks
+// b1..bN on hosts h1..hN (brickArgs(i) added), formats volume fs with
+// replicas copies and mounts it as n1 with the policy mover moving at once
+// (--policy-quiet 0, more mount arguments in mountArgs). It returns the
+// cluster and the mount point.
+func startPolicyCluster(t *testing.T, bricks int, replicas string, brickArgs func(i int) []string, mountArgs ...string) (*cluster, string) {
+	t.Helper()
+	c := newCluster(t)
+	p := c.newProc("c1")
+	p.coordinator = true
+	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}
+	c.start(p)
+	for i := 1; i <= bricks; i++ {
+		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i), brickArgs(i)...)
+	}
+	c.waitStatus(60*time.Second, fmt.Sprintf("%d bricks up and a lock server", bricks), func(st *coord.Status) (bool, string) {
+		up := 0
+		for _, b := range st.Bricks {
+			if b.State == "up" {
+				up++
+			}
+		}
+		return up == bricks && len(st.LockServers) == 1, fmt.Sprintf("%d bricks up, %d lock servers", up, len(st.LockServers))
+	})
+	c.cli("format", c.coordArg(), "--volume", "fs", "--replicas", replicas)
+	n1 := c.newProc("n1")
+	mnt := filepath.Join(c.dir, "n1.mnt")
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n1.args = append(append([]string{"mount", c.coordArg(), "--volume", "fs", "--name", "n1", "--policy-quiet", "0"}, mountArgs...), mnt)
+	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
+	return c, c.mountNode("n1")
+}
+
 // TestPolicies: on six bricks, a directory holding files written with the
 // volume's two copies gets `plumeria policy set DIR ec=4+2 --wait`: its
 // files move into 4+2 stripes in the background (progress shown), policy
@@ -27,33 +62,7 @@ import (
 func TestPolicies(t *testing.T) {
 	fsReady(t)
 	_, rng := seed(t)
-	c := newCluster(t)
-	p := c.newProc("c1")
-	p.coordinator = true
-	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}
-	c.start(p)
-	for i := 1; i <= 6; i++ {
-		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i))
-	}
-	c.waitStatus(60*time.Second, "6 bricks up and a lock server", func(st *coord.Status) (bool, string) {
-		up := 0
-		for _, b := range st.Bricks {
-			if b.State == "up" {
-				up++
-			}
-		}
-		return up == 6 && len(st.LockServers) == 1, fmt.Sprintf("%d bricks up, %d lock servers", up, len(st.LockServers))
-	})
-	c.cli("format", c.coordArg(), "--volume", "fs", "--replicas", "2")
-	n1 := c.newProc("n1")
-	mnt := filepath.Join(c.dir, "n1.mnt")
-	if err := os.MkdirAll(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	n1.args = []string{"mount", c.coordArg(), "--volume", "fs", "--name", "n1", "--policy-quiet", "0", "--policy-interval", "3s",
-		"--log-level", "info", mnt}
-	t.Cleanup(func() { unix.Unmount(mnt, unix.MNT_DETACH) })
-	mnt = c.mountNode("n1")
+	c, mnt := startPolicyCluster(t, 6, "2", func(i int) []string { return nil }, "--policy-interval", "3s", "--log-level", "info")
 
 	dir := filepath.Join(mnt, "archive")
 	if err := os.Mkdir(dir, 0o755); err != nil {
