@@ -5,7 +5,8 @@ package filesys
 // FS methods check no permissions. Over FUSE the kernel decides them
 // (default_permissions) against the attributes we returned; over NFS
 // nothing does, so the gateway asks the methods here first. They decide,
-// without ACLs, what Linux decides in generic_permission and may_delete
+// with POSIX ACLs (Attr.ACL), what Linux decides in generic_permission
+// (acl_permission_check, posix_acl_permission) and may_delete
 // (fs/namei.c) and in setattr_prepare and notify_change (fs/attr.c, with
 // the checks utimes and truncate make before them). Uid 0 holds every
 // capability those consult (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH,
@@ -45,14 +46,18 @@ func (c Caller) InGroup(gid uint32) bool {
 
 // Permits reports whether c may have the access in want (MayRead,
 // MayWrite, MayExec or'ed; other bits are ignored) to an inode with
-// attributes a, as generic_permission without ACLs: the owner gets the
-// owner bits, else a member of the file's group the group bits, else
-// everyone the other bits; one class only, even when a later one would
-// allow more. Root may read and write anything and search any directory,
-// but execute a non-directory only if one of its x bits is set.
+// attributes a, as generic_permission: the owner gets the owner bits;
+// with an access ACL (a.ACL) and group bits in the mode, everyone else
+// gets what the list grants (posix_acl_permission: a named user its
+// entry, a member of matching groups what one of them grants, all within
+// the mask; else other); without one, a member of the file's group the
+// group bits, else everyone the other bits; one class only, even when a
+// later one would allow more. Root may read and write anything and
+// search any directory, but execute a non-directory only if one of its
+// x bits is set.
 func (c Caller) Permits(a Attr, want uint32) bool {
 	want &= MayRead | MayWrite | MayExec
-	if want&^c.classBits(a) == 0 {
+	if c.granted(a, want) {
 		return true
 	}
 	if c.Uid != 0 {
@@ -62,6 +67,14 @@ func (c Caller) Permits(a Attr, want uint32) bool {
 		return true
 	}
 	return want&MayExec == 0 || a.Mode&0o111 != 0
+}
+
+// granted is acl_permission_check: what the mode, or the ACL, grants c.
+func (c Caller) granted(a Attr, want uint32) bool {
+	if c.Uid != a.Uid && a.ACL != nil && a.Mode&0o070 != 0 {
+		return a.ACL.Permits(c.Uid, c.InGroup, a.Uid, a.Gid, uint16(want))
+	}
+	return want&^c.classBits(a) == 0
 }
 
 // classBits is the rwx bits of a's mode for the class c falls in.

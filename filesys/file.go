@@ -350,6 +350,9 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 	}
 	if set.Mode != nil {
 		in.Mode = in.Mode&typeMask | *set.Mode&0o7777
+		if err := chmodACL(ino, in); err != nil {
+			return Attr{}, err
+		}
 	}
 	if set.KillPriv && isReg(in) {
 		killPriv(in)

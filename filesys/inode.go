@@ -75,6 +75,9 @@ func attrOf(ino uint64, in *layout.Inode) Attr {
 		used = uint64(len(in.Inline))
 	}
 	a.Blocks = (used + 511) / 512
+	if len(in.Xattrs) > 0 {
+		a.ACL = accessACLOf(in)
+	}
 	return a
 }
 

@@ -330,9 +330,15 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	}
 	now := fs.now()
 	isNewDir := n.mode&typeMask == typeDir
+	// The new inode's mode and lists, before it is allocated: a parent's
+	// default list that does not decode fails the create, not later.
+	proto := &layout.Inode{Mode: n.mode}
+	if err := inheritACL(parent, pin, proto, n.c); err != nil {
+		return Attr{}, 0, err
+	}
 	ino, in, err := fs.allocInode(t, h, g, func(ino uint64, _ *layout.Inode) *layout.Inode {
-		in := &layout.Inode{Mode: n.mode, Nlink: 1, Uid: n.c.Uid, Gid: n.c.Gid, Rdev: n.rdev,
-			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline}
+		in := &layout.Inode{Mode: proto.Mode, Nlink: 1, Uid: n.c.Uid, Gid: n.c.Gid, Rdev: n.rdev,
+			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Xattrs: proto.Xattrs}
 		if pin.Mode&syscall.S_ISGID != 0 {
 			in.Gid = pin.Gid
 			if isNewDir {
@@ -342,7 +348,7 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 		switch {
 		case isNewDir:
 			in.Nlink, in.Parent = 2, parent
-			in.Inline = dir.New(layout.InlineBytes).Encode()
+			in.Inline = dir.New(inlineMax(in)).Encode()
 		case n.mode&typeMask == typeReg:
 			in.Flags = layout.FlagInline
 		}

@@ -3,6 +3,8 @@ package filesys
 import (
 	"errors"
 	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/acl"
 )
 
 // RootIno is the inode number of the root directory.
@@ -47,6 +49,10 @@ type Attr struct {
 	Size                uint64
 	Blocks              uint64 // 512-byte units in use
 	Atime, Mtime, Ctime time.Time
+	// ACL is the inode's access ACL (acl.XattrAccess) when the mode does
+	// not say it all, else nil; Mode's group bits are its mask. Only
+	// Caller.Permits reads it: the kernel fetches the list itself.
+	ACL acl.ACL
 }
 
 // SetAttr lists the attributes Setattr changes; nil fields stay.
@@ -74,6 +80,11 @@ type SetAttr struct {
 type Caller struct {
 	Uid, Gid uint32
 	Groups   []uint32 // supplementary groups (AUTH_SYS gids); nil for FUSE callers
+	// Umask is cleared from the mode of an inode it creates (Create,
+	// Mkdir, Mknod) unless the parent has a default ACL, which then
+	// decides instead (posix_acl_create). The kernel leaves it to us over
+	// FUSE with POSIX ACLs on; NFS clients apply it themselves (0).
+	Umask uint32
 }
 
 // DirEntry is one name in a directory listing.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/plumeria-fs/plumeria/filesys/acl"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
 
@@ -18,8 +19,9 @@ func checkXattrName(name string) error {
 	switch {
 	case len(name) == 0 || len(name) > layout.XattrNameMax:
 		return fmt.Errorf("%w: attribute name of %d bytes", ErrRange, len(name))
+	case isACLName(name):
 	case strings.HasPrefix(name, "system."):
-		return fmt.Errorf("%w: %s (POSIX ACLs are not supported)", ErrNotSupported, name)
+		return fmt.Errorf("%w: %s (of system.*, only %s and %s are)", ErrNotSupported, name, acl.XattrAccess, acl.XattrDefault)
 	case !strings.HasPrefix(name, "user.") && !strings.HasPrefix(name, "trusted.") && !strings.HasPrefix(name, "security."):
 		return fmt.Errorf("%w: attribute namespace of %q", ErrNotSupported, name)
 	}
@@ -28,7 +30,7 @@ func checkXattrName(name string) error {
 
 // Getxattr returns the value of attribute name of ino.
 func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) ([]byte, error) {
-	if strings.HasPrefix(name, "system.") {
+	if strings.HasPrefix(name, "system.") && !isACLName(name) {
 		return nil, fmt.Errorf("%w: %s", ErrNoAttr, name)
 	}
 	if err := checkXattrName(name); err != nil {
@@ -98,6 +100,12 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 		}()
 	case LayoutXattr:
 		return fmt.Errorf("%w: %s is made by the file system", ErrNotPermitted, name)
+	case acl.XattrAccess, acl.XattrDefault:
+		a, err := parseACL(name, value)
+		if err != nil {
+			return err
+		}
+		return fs.changeACL(ctx, ino, name, a, flags)
 	}
 	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
 		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
@@ -128,6 +136,9 @@ func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err err
 		}()
 	case LayoutXattr:
 		return fmt.Errorf("%w: %s is made by the file system", ErrNotPermitted, name)
+	case acl.XattrAccess, acl.XattrDefault:
+		// As removing it with setfacl -b or -k: the mode stays.
+		return fs.changeACL(ctx, ino, name, nil, XattrReplace)
 	}
 	return fs.changeXattrs(ctx, ino, func(xs []layout.Xattr) ([]layout.Xattr, error) {
 		i := slices.IndexFunc(xs, func(x layout.Xattr) bool { return x.Name == name })
@@ -139,6 +150,42 @@ func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err err
 }
 
 func (fs *FS) changeXattrs(ctx context.Context, ino uint64, change func([]layout.Xattr) ([]layout.Xattr, error)) error {
+	return fs.changeInode(ctx, ino, func(_ *tx, in *layout.Inode) error {
+		xs, err := change(slices.Clone(in.Xattrs))
+		if err != nil {
+			return err
+		}
+		in.Xattrs = xs
+		return nil
+	})
+}
+
+// changeACL sets (a non-empty) or removes ACL name of ino, and the mode
+// with an access list (acl.go, applyACL), in one transaction under the
+// inode's lock. flags are Setxattr's: XattrReplace with no list stored is
+// ErrNoAttr, XattrCreate with one is ErrExists (an access list equivalent
+// to the mode counts as none stored).
+func (fs *FS) changeACL(ctx context.Context, ino uint64, name string, a acl.ACL, flags uint32) error {
+	return fs.changeInode(ctx, ino, func(t *tx, in *layout.Inode) error {
+		_, had := xattrOf(in, name)
+		switch {
+		case had && flags&XattrCreate != 0:
+			return fmt.Errorf("%w: inode %d has a %s", ErrExists, ino, name)
+		case !had && flags&XattrReplace != 0:
+			return fmt.Errorf("%w: inode %d has no %s", ErrNoAttr, ino, name)
+		}
+		if name == acl.XattrAccess && len(a) > 0 {
+			// A pending version's record is this inode: written before
+			// the permissions it shows change (as Setattr).
+			fs.materialize(t, ino, in)
+		}
+		return applyACL(ino, in, name, a)
+	})
+}
+
+// changeInode applies change to inode ino in a transaction holding its
+// lock, and stamps its ctime.
+func (fs *FS) changeInode(ctx context.Context, ino uint64, change func(*tx, *layout.Inode) error) error {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
 		return err
@@ -149,11 +196,9 @@ func (fs *FS) changeXattrs(ctx context.Context, ino uint64, change func([]layout
 	if err != nil {
 		return err
 	}
-	xs, err := change(slices.Clone(in.Xattrs))
-	if err != nil {
+	if err := change(t, in); err != nil {
 		return err
 	}
-	in.Xattrs = xs
 	if !in.Fits() {
 		return fmt.Errorf("%w: attributes of inode %d exceed its %d bytes", ErrNoSpace, ino, layout.InlineBytes)
 	}

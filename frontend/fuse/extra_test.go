@@ -154,3 +154,37 @@ func TestReusedNumberIsStale(t *testing.T) {
 		t.Fatalf("read of the old file returned %q, %v", buf[:n], err)
 	}
 }
+
+// TestUmask: with POSIX ACLs on, the kernel sends modes unmasked
+// (CAP_DONT_MASK) with the umask beside them, and the adapter passes the
+// umask on (Caller.Umask); memfs, having no default ACLs, applies it.
+func TestUmask(t *testing.T) {
+	_, _, dir := mountMem(t, Options{})
+	old := syscall.Umask(0o027)
+	defer syscall.Umask(old)
+	f, err := os.OpenFile(filepath.Join(dir, "f"), os.O_CREATE|os.O_WRONLY, 0o666)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.Mkdir(filepath.Join(dir, "d"), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mknod(filepath.Join(dir, "p"), syscall.S_IFIFO|0o666, 0); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]os.FileMode{"f": 0o640, "d": 0o750, "p": 0o640} {
+		st, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %o with umask 027, want %o", name, got, want)
+		}
+	}
+	// memfs takes no ACLs: setfacl's call is refused, not stored unenforced.
+	err = unix.Setxattr(filepath.Join(dir, "f"), "system.posix_acl_access", []byte{2, 0, 0, 0, 1, 0, 6, 0, 0xff, 0xff, 0xff, 0xff, 4, 0, 4, 0, 0xff, 0xff, 0xff, 0xff, 0x20, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}, 0)
+	if err != syscall.EOPNOTSUPP {
+		t.Errorf("setxattr system.posix_acl_access on memfs: %v, want EOPNOTSUPP", err)
+	}
+}

@@ -95,11 +95,12 @@ type Server struct {
 	srv      *fuse.Server
 	stats    *stats
 
-	inval invalidator
-	locks posixLocks
-	refs  kernelRefs
-	ep    epochs
-	ttl   ttls
+	inval  invalidator
+	locks  posixLocks
+	umasks umasks
+	refs   kernelRefs
+	ep     epochs
+	ttl    ttls
 
 	mu struct {
 		sync.Mutex
@@ -168,7 +169,15 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			// and security.capability on write and truncate itself
 			// (filesys killPriv), so the kernel does not ask for
 			// security.capability before every write.
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2,
+			//
+			// POSIX ACLs (docs/acls.md): the kernel enforces them with
+			// default_permissions, caching each inode's lists until an
+			// invalidation of the inode (or its own change) drops them.
+			// DONT_MASK: the kernel sends the mode unmasked with the
+			// umask beside it (rawFS.umasks), and filesys applies the
+			// umask only where no default ACL decides instead.
+			EnableAcl:         true,
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK,
 			// READDIRPLUS stays off: the kernel (fs/fuse/readdir.c,
 			// fuse_direntplus_link, Linux 6.16 and later) stamps each
 			// name it caches from a READDIRPLUS reply with the epoch it
@@ -315,9 +324,33 @@ func detach(dir string) error {
 // the file) and RELEASE/RELEASEDIR (the last close of an open file ends its
 // flock). The kernel sends no explicit unlock for either. RELEASE is
 // asynchronous to close(2), so a flock can outlive the close by a moment.
+//
+// It also keeps the umask of CREATE, MKDIR and MKNOD, which the fs
+// package does not pass on, for the node's call (Server.umasks).
 type rawFS struct {
 	fuse.RawFileSystem
 	m *Server
+}
+
+// umasks holds the umask of each CREATE, MKDIR and MKNOD in progress,
+// keyed by the request's cancel channel: go-fuse gives each request in
+// flight its own, and hands it to the node as the Context's Cancel.
+type umasks struct{ m sync.Map }
+
+// put records umask for the request of cancel; the returned func forgets it.
+func (u *umasks) put(cancel <-chan struct{}, umask uint32) func() {
+	u.m.Store(cancel, umask)
+	return func() { u.m.Delete(cancel) }
+}
+
+// of returns the umask recorded for the request of ctx (0: none).
+func (u *umasks) of(ctx context.Context) uint32 {
+	if c, ok := ctx.(*fuse.Context); ok {
+		if v, ok := u.m.Load(c.Cancel); ok {
+			return v.(uint32)
+		}
+	}
+	return 0
 }
 
 func (r *rawFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {

@@ -81,10 +81,12 @@ func (n *node) child(ctx context.Context, a filesys.Attr, out *fuse.EntryOut) *f
 	return n.NewInode(ctx, &node{m: n.m}, id)
 }
 
-// caller is who sent the request; new inodes take its ids.
-func caller(ctx context.Context) filesys.Caller {
+// caller is who sent the request; new inodes take its ids, and its
+// umask where no default ACL decides (the kernel leaves it to us:
+// CAP_DONT_MASK).
+func (n *node) caller(ctx context.Context) filesys.Caller {
 	if c, ok := fuse.FromContext(ctx); ok {
-		return filesys.Caller{Uid: c.Uid, Gid: c.Gid}
+		return filesys.Caller{Uid: c.Uid, Gid: c.Gid, Umask: n.m.umasks.of(ctx)}
 	}
 	return filesys.Caller{}
 }
@@ -190,7 +192,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *fuse.SetAttrIn,
 func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, en syscall.Errno) {
 	defer n.m.stats.done("create", time.Now(), &en)
 	excl := flags&syscall.O_EXCL != 0
-	a, err := n.m.fsys.Create(opCtx(ctx), n.ino(), name, mode, caller(ctx), excl)
+	a, err := n.m.fsys.Create(opCtx(ctx), n.ino(), name, mode, n.caller(ctx), excl)
 	if err != nil {
 		return nil, nil, 0, n.errno("create", err)
 	}
@@ -210,7 +212,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
 	defer n.m.stats.done("mknod", time.Now(), &en)
-	a, err := n.m.fsys.Mknod(opCtx(ctx), n.ino(), name, mode, rdev, caller(ctx))
+	a, err := n.m.fsys.Mknod(opCtx(ctx), n.ino(), name, mode, rdev, n.caller(ctx))
 	if err != nil {
 		return nil, n.errno("mknod", err)
 	}
@@ -220,7 +222,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *f
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
 	defer n.m.stats.done("mkdir", time.Now(), &en)
 	// The kernel leaves S_IFDIR out of MKDIR's mode.
-	a, err := n.m.fsys.Mkdir(opCtx(ctx), n.ino(), name, mode&0o7777|syscall.S_IFDIR, caller(ctx))
+	a, err := n.m.fsys.Mkdir(opCtx(ctx), n.ino(), name, mode&0o7777|syscall.S_IFDIR, n.caller(ctx))
 	if err != nil {
 		return nil, n.errno("mkdir", err)
 	}
@@ -229,7 +231,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
 	defer n.m.stats.done("symlink", time.Now(), &en)
-	a, err := n.m.fsys.Symlink(opCtx(ctx), n.ino(), name, target, caller(ctx))
+	a, err := n.m.fsys.Symlink(opCtx(ctx), n.ino(), name, target, n.caller(ctx))
 	if err != nil {
 		return nil, n.errno("symlink", err)
 	}

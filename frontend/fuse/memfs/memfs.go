@@ -11,9 +11,11 @@ package memfs
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -66,6 +68,9 @@ func New() *FS {
 func (f *FS) newInode(mode uint32, c filesys.Caller) *inode {
 	now := time.Now()
 	f.nextGen++
+	if mode&syscall.S_IFMT != syscall.S_IFLNK {
+		mode &^= c.Umask & 0o777 // no default ACLs here: the umask always applies
+	}
 	in := &inode{attr: filesys.Attr{
 		Ino: f.nextIno, Gen: f.nextGen, Mode: mode, Nlink: 1, Uid: c.Uid, Gid: c.Gid,
 		Atime: now, Mtime: now, Ctime: now,
@@ -606,6 +611,10 @@ func (f *FS) Getxattr(_ context.Context, ino uint64, name string) ([]byte, error
 }
 
 func (f *FS) Setxattr(_ context.Context, ino uint64, name string, value []byte, flags uint32) error {
+	if strings.HasPrefix(name, "system.") {
+		// POSIX ACLs need the mode kept in step (filesys/acl.go); not here.
+		return fmt.Errorf("%w: %s in memfs", filesys.ErrNotSupported, name)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	in, err := f.get(ino)
