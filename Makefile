@@ -22,6 +22,8 @@ deps:
 		(apt-get update -qq && apt-get install -y -qq iptables iproute2) >/dev/null 2>&1 || echo "warning: could not install iptables/iproute2 (the chaos harness will skip)"; }
 	@command -v chromium >/dev/null 2>&1 || { echo "installing chromium"; \
 		(apt-get update -qq && apt-get install -y -qq chromium) >/dev/null 2>&1 || echo "warning: could not install chromium (the dashboard browser test will skip)"; }
+	@command -v setfacl >/dev/null 2>&1 && command -v getfacl >/dev/null 2>&1 || { echo "installing acl"; \
+		(apt-get update -qq && apt-get install -y -qq acl) >/dev/null 2>&1 || echo "warning: could not install acl (the POSIX ACL test TestFSACL will skip)"; }
 	@command -v nfs-ls >/dev/null 2>&1 || { echo "installing libnfs-utils"; \
 		(apt-get update -qq && apt-get install -y -qq libnfs-utils) >/dev/null 2>&1 || echo "warning: could not install libnfs-utils (the nfs-ls/nfs-cp tests will skip)"; }
 	@if [ -z "$(FUSE_NFS_SRC)" ]; then \
