@@ -49,6 +49,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/acl"
 	"github.com/plumeria-fs/plumeria/filesys/dir"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
@@ -628,7 +629,34 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 	if in.Mode&typeMask != typeDir && in.Parent != 0 {
 		bad("parent field %d set on a non-directory", in.Parent)
 	}
+	checkACLs(in, bad)
 	return x, probs
+}
+
+// checkACLs reports stored POSIX ACLs that break filesys/acl.go's
+// invariants: every list decodes (one that does not lets no one but the
+// owner and root in over NFS), a default list only on a directory, and
+// the mode shows what an access list does (its group bits the mask).
+// Not repaired: the owner sets the list again.
+func checkACLs(in *layout.Inode, bad func(format string, args ...any)) {
+	for _, x := range in.Xattrs {
+		if x.Name != acl.XattrAccess && x.Name != acl.XattrDefault {
+			continue
+		}
+		a, err := acl.Decode(x.Value)
+		switch {
+		case err == nil && len(a) == 0:
+			bad("%s stored empty", x.Name)
+		case err != nil:
+			bad("%s does not decode: %v", x.Name, err)
+		case x.Name == acl.XattrDefault && in.Mode&typeMask != typeDir:
+			bad("%s on a non-directory (mode %#o)", x.Name, in.Mode)
+		case x.Name == acl.XattrAccess:
+			if m, _ := a.EquivMode(in.Mode); m&0o777 != in.Mode&0o777 {
+				bad("mode %#o does not show its %s (%s: mode %#o)", in.Mode&0o777, x.Name, a, m&0o777)
+			}
+		}
+	}
 }
 
 // readInode reads and decodes inode ino, with its block's version.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/acl"
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
@@ -644,5 +645,38 @@ func TestNameLog(t *testing.T) {
 	in, _, err := layout.DecodeInode(readBlock(t, dev, layout.InodeAddr(filesys.RootIno)), filesys.RootIno)
 	if err != nil || in.NLog != 2*layout.PayloadBytes {
 		t.Fatalf("root's name log after the repair: %d bytes, %v", in.NLog, err)
+	}
+}
+
+// TestACLs: stored POSIX ACLs that break the file system's invariants
+// are reported (and left for their owner to set again).
+func TestACLs(t *testing.T) {
+	tr := build(t)
+	f, a := tr.ino["top"], tr.ino["a"]
+	good := acl.ACL{
+		{Tag: acl.TagUserObj, Perm: 6, ID: acl.UndefinedID},
+		{Tag: acl.TagUser, Perm: 6, ID: 1001},
+		{Tag: acl.TagGroupObj, Perm: 4, ID: acl.UndefinedID},
+		{Tag: acl.TagMask, Perm: 6, ID: acl.UndefinedID},
+		{Tag: acl.TagOther, Perm: 0, ID: acl.UndefinedID},
+	}
+	editInode(t, tr.dev, f, func(in *layout.Inode) {
+		in.Mode = in.Mode&^0o777 | 0o640 // the mask says rw: group bits 6
+		in.Xattrs = append(in.Xattrs,
+			layout.Xattr{Name: acl.XattrAccess, Value: good.Encode()},
+			layout.Xattr{Name: acl.XattrDefault, Value: good.Encode()})
+	})
+	editInode(t, tr.dev, a, func(in *layout.Inode) {
+		in.Xattrs = append(in.Xattrs, layout.Xattr{Name: acl.XattrDefault, Value: []byte{2, 0, 0, 0, 1, 0}})
+	})
+	text := lines(check(t, tr.dev, false))
+	for _, want := range []string{
+		fmt.Sprintf("inode %d: mode 0640 does not show its system.posix_acl_access", f),
+		fmt.Sprintf("inode %d: system.posix_acl_default on a non-directory", f),
+		fmt.Sprintf("inode %d: system.posix_acl_default does not decode", a),
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("fsck did not report %q:\n%s", want, text)
+		}
 	}
 }
