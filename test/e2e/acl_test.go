@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	nfsc "github.com/willscott/go-nfs-client/nfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -181,4 +184,56 @@ func stat(t *testing.T, path string) unix.Stat_t {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestNFSACL: the NFS gateway (another fs node) enforces the POSIX ACLs
+// set through a FUSE mount, and the mount's changes at its very next
+// call: a user the ACL names reads, one it does not name is refused;
+// removing the entry on the mount refuses the named user at once.
+func TestNFSACL(t *testing.T) {
+	if _, err := exec.LookPath("setfacl"); err != nil {
+		t.Skip("setfacl not installed (make deps installs acl)")
+	}
+	c := startFSCluster(t, nil)
+	mnt := c.mountNode("n1")
+	gw := c.startGateway("gw", "fs", "--allow", "127.0.0.1/32")
+	c.waitGateway(gw)
+	const named, stranger = 1001, 1002
+	mustRun(t, "", "mkdir", "-m", "0755", filepath.Join(mnt, "s"))
+	if err := os.WriteFile(filepath.Join(mnt, "s", "f"), []byte("secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tn, err := mountNFS(t, gw.addr, "/fs", named, named)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := mountNFS(t, gw.addr, "/fs", stranger, stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(tg *nfsc.Target) error {
+		f, err := tg.Open("s/f")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err = f.Read(make([]byte, 16)); errors.Is(err, io.EOF) {
+			return nil // the last data comes with io.EOF
+		}
+		return err
+	}
+	if err := read(tn); err == nil {
+		t.Fatal("uid 1001 read a 0600 file of root's before any ACL")
+	}
+	mustRun(t, filepath.Join(mnt, "s"), "setfacl", "-m", fmt.Sprintf("u:%d:r", named), "f")
+	if err := read(tn); err != nil {
+		t.Fatalf("uid %d, named in the ACL, over NFS: %v", named, err)
+	}
+	if err := read(ts); err == nil || !strings.Contains(err.Error(), "ACCES") {
+		t.Fatalf("uid %d, not named, over NFS: %v (want NFS3ERR_ACCES)", stranger, err)
+	}
+	mustRun(t, filepath.Join(mnt, "s"), "setfacl", "-x", fmt.Sprintf("u:%d", named), "f")
+	if err := read(tn); err == nil || !strings.Contains(err.Error(), "ACCES") {
+		t.Fatalf("uid %d after its entry was removed on the mount: %v (want NFS3ERR_ACCES)", named, err)
+	}
 }
