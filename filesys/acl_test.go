@@ -265,3 +265,40 @@ func TestACLInheritAndUmask(t *testing.T) {
 		t.Fatalf("after removing the default, the umask applies again: %o", n.Mode&0o777)
 	}
 }
+
+// TestACLKillSGID: setting an access ACL with XattrACLKillSGID (the
+// kernel's FUSE_SETXATTR_ACL_KILL_SGID) clears setgid; without it, or
+// for a default ACL, setgid stays.
+func TestACLKillSGID(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	a := aclOf(userObj(7), user(1001, 5), groupObj(5), mask(5), other(0)).Encode()
+	for _, tc := range []struct {
+		name  string
+		flags uint32
+		sgid  bool
+	}{{"kill", XattrACLKillSGID, false}, {"keep", 0, true}} {
+		f, err := fs.Create(ctx, RootIno, tc.name, 0o2750, Caller{Uid: 5, Gid: 5}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Mode&0o2000 == 0 {
+			t.Fatalf("created without setgid: %o", f.Mode)
+		}
+		if err := fs.Setxattr(ctx, f.Ino, acl.XattrAccess, a, tc.flags); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := fs.Getattr(ctx, f.Ino)
+		if (got.Mode&0o2000 != 0) != tc.sgid || got.Mode&0o777 != 0o750 {
+			t.Fatalf("%s: mode %o after setfacl, want setgid %v and 750", tc.name, got.Mode&0o7777, tc.sgid)
+		}
+	}
+	d, _ := fs.Mkdir(ctx, RootIno, "d", 0o2755, Caller{})
+	if err := fs.Setxattr(ctx, d.Ino, acl.XattrDefault, a, XattrACLKillSGID); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := fs.Getattr(ctx, d.Ino); got.Mode&0o2000 == 0 {
+		t.Fatal("a default ACL cleared setgid")
+	}
+}

@@ -116,8 +116,12 @@ const (
 	RenameExchange  = 1 << 1
 )
 
-// Setxattr flags, as setxattr(2).
+// Setxattr flags, as setxattr(2); XattrACLKillSGID is ours.
 const (
 	XattrCreate  = 1
 	XattrReplace = 2
+	// XattrACLKillSGID, with an access ACL being set, clears S_ISGID
+	// too (posix_acl_update_mode: the setter is outside the file's group
+	// and lacks CAP_FSETID; over FUSE the kernel decides it).
+	XattrACLKillSGID = 1 << 16
 )

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/acl"
@@ -164,7 +165,7 @@ func (fs *FS) changeXattrs(ctx context.Context, ino uint64, change func([]layout
 // with an access list (acl.go, applyACL), in one transaction under the
 // inode's lock. flags are Setxattr's: XattrReplace with no list stored is
 // ErrNoAttr, XattrCreate with one is ErrExists (an access list equivalent
-// to the mode counts as none stored).
+// to the mode counts as none stored); XattrACLKillSGID clears setgid.
 func (fs *FS) changeACL(ctx context.Context, ino uint64, name string, a acl.ACL, flags uint32) error {
 	return fs.changeInode(ctx, ino, func(t *tx, in *layout.Inode) error {
 		_, had := xattrOf(in, name)
@@ -179,7 +180,13 @@ func (fs *FS) changeACL(ctx context.Context, ino uint64, name string, a acl.ACL,
 			// the permissions it shows change (as Setattr).
 			fs.materialize(t, ino, in)
 		}
-		return applyACL(ino, in, name, a)
+		if err := applyACL(ino, in, name, a); err != nil {
+			return err
+		}
+		if name == acl.XattrAccess && len(a) > 0 && flags&XattrACLKillSGID != 0 {
+			in.Mode &^= syscall.S_ISGID
+		}
+		return nil
 	})
 }
 

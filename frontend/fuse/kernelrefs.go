@@ -105,17 +105,17 @@ func (r *rawFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string, ou
 }
 
 func (r *rawFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
-	defer r.m.umasks.put(cancel, in.Umask)()
+	defer r.m.extras.put(cancel, in.Umask)()
 	return r.entry(in.NodeId, &out.EntryOut, func() fuse.Status { return r.RawFileSystem.Create(cancel, in, name, out) })
 }
 
 func (r *rawFS) Mkdir(cancel <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.m.umasks.put(cancel, in.Umask)()
+	defer r.m.extras.put(cancel, in.Umask)()
 	return r.entry(in.NodeId, out, func() fuse.Status { return r.RawFileSystem.Mkdir(cancel, in, name, out) })
 }
 
 func (r *rawFS) Mknod(cancel <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
-	defer r.m.umasks.put(cancel, in.Umask)()
+	defer r.m.extras.put(cancel, in.Umask)()
 	return r.entry(in.NodeId, out, func() fuse.Status { return r.RawFileSystem.Mknod(cancel, in, name, out) })
 }
 

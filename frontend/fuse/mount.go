@@ -97,7 +97,7 @@ type Server struct {
 
 	inval  invalidator
 	locks  posixLocks
-	umasks umasks
+	extras extras
 	refs   kernelRefs
 	ep     epochs
 	ttl    ttls
@@ -174,10 +174,13 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			// default_permissions, caching each inode's lists until an
 			// invalidation of the inode (or its own change) drops them.
 			// DONT_MASK: the kernel sends the mode unmasked with the
-			// umask beside it (rawFS.umasks), and filesys applies the
+			// umask beside it (Server.extras), and filesys applies the
 			// umask only where no default ACL decides instead.
+			// SETXATTR_EXT: the kernel says when setting an access ACL
+			// must clear setgid (the setter is outside the file's group
+			// and lacks CAP_FSETID, posix_acl_update_mode).
 			EnableAcl:         true,
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK,
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC | fuse.CAP_HANDLE_KILLPRIV_V2 | fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 			// READDIRPLUS stays off: the kernel (fs/fuse/readdir.c,
 			// fuse_direntplus_link, Linux 6.16 and later) stamps each
 			// name it caches from a READDIRPLUS reply with the epoch it
@@ -325,26 +328,34 @@ func detach(dir string) error {
 // flock). The kernel sends no explicit unlock for either. RELEASE is
 // asynchronous to close(2), so a flock can outlive the close by a moment.
 //
-// It also keeps the umask of CREATE, MKDIR and MKNOD, which the fs
-// package does not pass on, for the node's call (Server.umasks).
+// It also keeps what the fs package does not pass on to the node, for
+// the node's call (Server.extras): the umask of CREATE, MKDIR and MKNOD,
+// the SetXAttrFlags of SETXATTR.
 type rawFS struct {
 	fuse.RawFileSystem
 	m *Server
 }
 
-// umasks holds the umask of each CREATE, MKDIR and MKNOD in progress,
-// keyed by the request's cancel channel: go-fuse gives each request in
-// flight its own, and hands it to the node as the Context's Cancel.
-type umasks struct{ m sync.Map }
+func (r *rawFS) SetXAttr(cancel <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	defer r.m.extras.put(cancel, in.SetXAttrFlags)()
+	return r.RawFileSystem.SetXAttr(cancel, in, attr, data)
+}
 
-// put records umask for the request of cancel; the returned func forgets it.
-func (u *umasks) put(cancel <-chan struct{}, umask uint32) func() {
-	u.m.Store(cancel, umask)
+// extras holds one argument of each request in progress that the fs
+// package does not pass to the node (the umask of CREATE, MKDIR and
+// MKNOD; the SetXAttrFlags of SETXATTR), keyed by the request's cancel
+// channel: go-fuse gives each request in flight its own, and hands it to
+// the node as the Context's Cancel.
+type extras struct{ m sync.Map }
+
+// put records v for the request of cancel; the returned func forgets it.
+func (u *extras) put(cancel <-chan struct{}, v uint32) func() {
+	u.m.Store(cancel, v)
 	return func() { u.m.Delete(cancel) }
 }
 
-// of returns the umask recorded for the request of ctx (0: none).
-func (u *umasks) of(ctx context.Context) uint32 {
+// of returns the value recorded for the request of ctx (0: none).
+func (u *extras) of(ctx context.Context) uint32 {
 	if c, ok := ctx.(*fuse.Context); ok {
 		if v, ok := u.m.Load(c.Cancel); ok {
 			return v.(uint32)

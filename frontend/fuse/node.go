@@ -86,7 +86,7 @@ func (n *node) child(ctx context.Context, a filesys.Attr, out *fuse.EntryOut) *f
 // CAP_DONT_MASK).
 func (n *node) caller(ctx context.Context) filesys.Caller {
 	if c, ok := fuse.FromContext(ctx); ok {
-		return filesys.Caller{Uid: c.Uid, Gid: c.Gid, Umask: n.m.umasks.of(ctx)}
+		return filesys.Caller{Uid: c.Uid, Gid: c.Gid, Umask: n.m.extras.of(ctx)}
 	}
 	return filesys.Caller{}
 }
@@ -314,6 +314,9 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (_ uint32
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (en syscall.Errno) {
 	defer n.m.stats.done("setxattr", time.Now(), &en)
+	if n.m.extras.of(ctx)&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		flags |= filesys.XattrACLKillSGID
+	}
 	return n.errno("setxattr", n.m.fsys.Setxattr(opCtx(ctx), n.ino(), attr, data, flags))
 }
 

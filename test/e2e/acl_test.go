@@ -96,6 +96,19 @@ func TestFSACL(t *testing.T) {
 		t.Fatalf("d/sub did not inherit the default ACL:\n%s", got)
 	}
 
+	// setgid: the owner outside the file's group setting an access ACL
+	// loses it (the kernel says so: FUSE_SETXATTR_ACL_KILL_SGID); root
+	// keeps it.
+	mustRun(t, sa, "sh", "-c", fmt.Sprintf("touch sg sgroot && chown %d:5000 sg && chmod 2770 sg sgroot", named))
+	allowed(t, sa, named, "setfacl", "-m", fmt.Sprintf("u:%d:r", stranger), "sg")
+	mustRun(t, sa, "setfacl", "-m", fmt.Sprintf("u:%d:r", stranger), "sgroot")
+	if st := stat(t, filepath.Join(sb, "sg")); st.Mode&0o7777 != 0o770 {
+		t.Fatalf("sg: mode %o after its owner, outside group 5000, set an ACL; want 770 (setgid cleared)", st.Mode&0o7777)
+	}
+	if st := stat(t, filepath.Join(sb, "sgroot")); st.Mode&0o7777 != 0o2770 {
+		t.Fatalf("sgroot: mode %o after root set an ACL; want 2770", st.Mode&0o7777)
+	}
+
 	// Refusals: clear errors, nothing lost.
 	before := facl(t, sa, "f")
 	out, err := run(sa, "setfacl", "-d", "-m", fmt.Sprintf("u:%d:r", named), "f")
