@@ -16,7 +16,7 @@ import (
 const module = "github.com/plumeria-fs/plumeria"
 
 // pure packages: no network, no files, no wall clock, no global randomness.
-var pure = []string{"clustermap", "brick/repl", "brick/ec", "lock", "filesys/layout", "filesys/dir", "filesys/redo"}
+var pure = []string{"clustermap", "brick/repl", "brick/ec", "lock", "filesys/layout", "filesys/dir", "filesys/redo", "filesys/acl"}
 
 var forbiddenImports = []string{"net", "os", "os/exec", "syscall", "net/http"}
 
