@@ -142,6 +142,22 @@ func TestFSACL(t *testing.T) {
 	if st := stat(t, filepath.Join(sb, "d/sub/again")); st.Mode&0o777 != 0o664 {
 		t.Fatalf("after remount, a file under the default ACL: mode %o, want 664", st.Mode&0o777)
 	}
+
+	// Removal: setfacl -b (extended entries) and -k (the default ACL);
+	// the other mount's next call sees both.
+	mustRun(t, sb, "setfacl", "-b", "f")
+	mustRun(t, sb, "setfacl", "-k", "d/sub")
+	denied(t, sa, named, "cat", "f")
+	if got := facl(t, sa, "f"); got != "user::rw-\ngroup::---\nother::---\n\n" {
+		t.Fatalf("after setfacl -b f, getfacl on the other mount:\n%s", got)
+	}
+	if got := facl(t, sa, "d/sub"); strings.Contains(got, "default:") || !strings.Contains(got, fmt.Sprintf("user:%d:rwx", named)) {
+		t.Fatalf("after setfacl -k d/sub (its access ACL stays), getfacl on the other mount:\n%s", got)
+	}
+	mustRun(t, sa, "sh", "-c", "umask 077 && echo plain > d/sub/plain")
+	if st := stat(t, filepath.Join(sa, "d/sub/plain")); st.Mode&0o777 != 0o600 {
+		t.Fatalf("after setfacl -k, a new file: mode %o, want 600 (the umask again)", st.Mode&0o777)
+	}
 }
 
 // run runs args as root in dir.
