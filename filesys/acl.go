@@ -17,8 +17,14 @@ import (
 	"slices"
 
 	"github.com/plumeria-fs/plumeria/filesys/acl"
+	"github.com/plumeria-fs/plumeria/filesys/dir"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
+
+// Both lists at their largest (with their xattr headers) fit in an
+// inode block beside the smallest root a directory may have: a compile
+// error otherwise.
+const _ = uint(layout.InlineBytes - 2 - 2*(3+len(acl.XattrDefault)+acl.EncodedMax) - dir.InlineBytesMin)
 
 func isACLName(name string) bool { return name == acl.XattrAccess || name == acl.XattrDefault }
 

@@ -15,6 +15,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // Names of the two attributes, as the kernel and setfacl(1) use them.
@@ -36,7 +38,7 @@ const (
 	headerBytes  = 4
 	entryBytes   = 8
 	UndefinedID  = 0xFFFFFFFF
-	EntriesMax   = 128 // a list's bound; ext4 fits about 500 in a block, we share ours (filesys/layout)
+	EntriesMax   = limits.ACLEntriesMax // ext4 fits about 500 in a block; we share ours
 	EncodedMax   = headerBytes + EntriesMax*entryBytes
 	permMask     = 7
 	modePermMask = 0o777

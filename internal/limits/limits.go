@@ -105,6 +105,12 @@ const (
 	ClientRetryMax = 60 * time.Second
 )
 
+// ACLEntriesMax bounds the entries of one POSIX ACL (filesys/acl): both
+// lists of an inode, at 8 bytes an entry, share its block with inline data
+// and other attributes (filesys/acl.go checks that they fit beside a
+// small directory's root).
+const ACLEntriesMax = 128
+
 // Compile-time relations: each line fails to compile if the relation breaks.
 const (
 	_ = uint64(ChunkBytesDefault % BlockBytes)                         // must be 0 (see below)
