@@ -188,7 +188,7 @@ func (c *Client) Map(ctx context.Context, minEpoch uint64) (*clustermap.Map, err
 		if err != nil {
 			return err
 		}
-		m, err = clustermap.Decode(r.MapJson)
+		m, err = DecodeMap(r.MapJson)
 		return err
 	})
 	return m, err

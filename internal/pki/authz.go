@@ -83,6 +83,14 @@ var methodRoles = map[string][]string{
 	"/plumeria.v1.Coordinator/DrainBrick":          adminOps,
 	"/plumeria.v1.Coordinator/RemoveBrick":         adminOps,
 
+	// Certificates (coord/security.go): tokens and revocations are the
+	// operator's; a newcomer has no certificate, it proves a token's
+	// secret instead; any member renews its own certificate.
+	"/plumeria.v1.Coordinator/CreateJoinToken":  adminOps,
+	"/plumeria.v1.Coordinator/RevokeNode":       adminOps,
+	"/plumeria.v1.Coordinator/IssueCertificate": {Public},
+	"/plumeria.v1.Coordinator/RenewCertificate": anyMember,
+
 	// The data path, client → PG primary: fs nodes, and the CLI's vdisk,
 	// bench, fsck and relayout commands, which use volumes directly.
 	"/plumeria.v1.Brick/Write":         dataPath,

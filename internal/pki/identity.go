@@ -99,7 +99,11 @@ func (id *Identity) parseLeaf(certPEM, keyPEM []byte, now time.Time) (*leaf, err
 	if err := ValidateRoles(roles); err != nil {
 		return nil, err
 	}
-	return &leaf{tls: tls.Certificate{Certificate: [][]byte{cert.Raw}, PrivateKey: key, Leaf: cert},
+	// The chain sent holds the CA's certificate after the leaf: a node
+	// joining with a token has no CA yet and finds the one its token pins
+	// there (coordclient.JoinCluster); members verify against their own
+	// pool and ignore it.
+	return &leaf{tls: tls.Certificate{Certificate: [][]byte{cert.Raw, id.caCert.Raw}, PrivateKey: key, Leaf: cert},
 		cert: cert, certPEM: certPEM, keyPEM: keyPEM, name: name, roles: SortRoles(roles)}, nil
 }
 
@@ -250,6 +254,9 @@ func (id *Identity) verifyPeer(chain []*x509.Certificate, usage x509.ExtKeyUsage
 		return "", nil, fmt.Errorf("pki: the certificate of %q is not from this cluster's CA: %w", c.Subject.CommonName, err)
 	}
 	name, have := c.Subject.CommonName, SortRoles(c.Subject.OrganizationalUnit)
+	if fn := revoked.Load(); fn != nil && (*fn)(name) {
+		return "", nil, fmt.Errorf("pki: %q is revoked (plumeria node revoke)", name)
+	}
 	if !hasAny(have, roles) {
 		return "", nil, fmt.Errorf("pki: %q has roles %v, needs one of %v", name, have, roles)
 	}
