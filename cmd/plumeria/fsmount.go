@@ -17,6 +17,7 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/history"
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 	"github.com/plumeria-fs/plumeria/volume"
 )
@@ -97,6 +98,8 @@ func mountCmd() *cobra.Command {
 		"how far ahead of a sequential reader the kernel reads, in READs of up to 1 MiB in flight together (root only; 0: the kernel's 128 KiB)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
+	var metricsInsecure bool
+	c.Flags().BoolVar(&metricsInsecure, "metrics-insecure", false, "serve --metrics-listen over TLS without requiring a client certificate")
 	c.Flags().DurationVar(&moveInterval, "policy-interval", 10*time.Minute,
 		"how often the policy mover walks the whole tree (one node at a time cluster-wide; a policy change or a rename moves its files at once)")
 	c.Flags().DurationVar(&moveQuiet, "policy-quiet", 10*time.Minute,
@@ -113,12 +116,17 @@ func mountCmd() *cobra.Command {
 			id = h
 		}
 		cl, err := connect()
+		ident, err := memberIdentity("mount", tlsFlags.certs, tlsFlags.insecure, "", id, pki.RoleClient)
+		if err != nil {
+			return err
+		}
+		pki.SetDefault(ident)
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
 		if metricsListen != "" {
-			ms, err := node.ServeMetrics(metricsListen)
+			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {
 				return err
 			}
@@ -164,7 +172,7 @@ func mountCmd() *cobra.Command {
 		fmt.Printf("mounted volume %s on %s as node %s\n", name, args[0], id)
 		return m.wait(ctx)
 	}
-	return c
+	return selfIdentity(c)
 }
 
 // fsMount is a mounted fs node (or snapshot): file system and FUSE server.

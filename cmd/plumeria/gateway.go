@@ -19,6 +19,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
@@ -55,6 +56,8 @@ Clients name the port, there is no rpcbind:
 	c.Flags().StringVar(&state, "state", "", "file keeping the write verifier across clean restarts (default: none, clients resend unstable writes after every restart)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
+	var metricsInsecure bool
+	c.Flags().BoolVar(&metricsInsecure, "metrics-insecure", false, "serve --metrics-listen over TLS without requiring a client certificate")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if name == "" || listen == "" || allow == "" {
 			return fmt.Errorf("--volume, --listen and --allow are required")
@@ -70,6 +73,11 @@ Clients name the port, there is no rpcbind:
 			}
 			id = h + "-nfs"
 		}
+		ident, err := memberIdentity("gateway", tlsFlags.certs, tlsFlags.insecure, "", id, pki.RoleClient)
+		if err != nil {
+			return err
+		}
+		pki.SetDefault(ident)
 		log, err := newLogger(logLevel)
 		if err != nil {
 			return err
@@ -84,7 +92,7 @@ Clients name the port, there is no rpcbind:
 		}
 		defer cl.Close()
 		if metricsListen != "" {
-			ms, err := node.ServeMetrics(metricsListen)
+			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {
 				return err
 			}
@@ -131,7 +139,7 @@ Clients name the port, there is no rpcbind:
 		saveVerifier(state, srv.Verifier(), log)
 		return err
 	}
-	return c
+	return selfIdentity(c)
 }
 
 // remountGateway mounts the volume again as node id after the gateway's

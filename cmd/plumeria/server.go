@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/serverconf"
 	"github.com/plumeria-fs/plumeria/node"
 )
@@ -40,6 +42,9 @@ given on the command line overrides the file.`,
 			if err != nil {
 				return fmt.Errorf("server: %w", err)
 			}
+			if cfg.Certs == "" && !cfg.Insecure {
+				cfg.Certs = os.Getenv("PLUMERIA_CERTS")
+			}
 			if cfg.Domain.Host == "" {
 				h, err := os.Hostname()
 				if err != nil {
@@ -61,19 +66,34 @@ given on the command line overrides the file.`,
 	serverconf.Bind(f, &flags)
 	f.StringVar(&file, "config", "", "TOML file with the settings (keys are the flag names); flags given override it")
 	f.BoolVar(&printConfig, "print-config", false, "print the effective settings (defaults, then --config, then flags) as TOML and exit")
-	return c
+	return selfIdentity(c)
 }
 
 func runServer(cmd *cobra.Command, sc serverconf.Config) error {
+	var roles []string
+	for _, r := range []struct {
+		on   bool
+		role string
+	}{{sc.Coordinator, pki.RoleCoordinator}, {sc.Brick, pki.RoleBrick}, {sc.Lock, pki.RoleLock}} {
+		if r.on {
+			roles = append(roles, r.role)
+		}
+	}
+	id, err := memberIdentity("server", sc.Certs, sc.Insecure, filepath.Join(sc.Data, "tls"), sc.Name, roles...)
+	if err != nil {
+		return err
+	}
+	pki.SetDefault(id)
 	cfg := node.Config{Name: sc.Name, Listen: sc.Listen, Advertise: sc.Advertise, DataDir: sc.Data,
 		Coordinator: sc.Coordinator, Brick: sc.Brick, Lock: sc.Lock, Join: sc.Join, Coord: sc.Coord,
-		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), Class: sc.Class, MetricsListen: sc.MetricsListen}
+		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), Class: sc.Class, MetricsListen: sc.MetricsListen,
+		MetricsInsecure: sc.MetricsInsecure}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sc.SlogLevel()})).With("node", cfg.Name)
 	n, err := node.Start(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
-	cfg.Logger.Info("serving", "addr", n.Addr(), "coordinator", cfg.Coordinator, "brick", cfg.Brick, "lock", cfg.Lock)
+	cfg.Logger.Info("serving", "addr", n.Addr(), "coordinator", cfg.Coordinator, "brick", cfg.Brick, "lock", cfg.Lock, "tls", id != nil)
 	select {
 	case <-cmd.Context().Done():
 		cfg.Logger.Info("stopping")

@@ -27,6 +27,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/plumeria-fs/plumeria/internal/limits"
 )
 
 // Roles a certificate may carry (Subject.OrganizationalUnit).
@@ -52,12 +54,13 @@ var (
 	ErrBadPEM  = errors.New("pki: bad PEM")
 )
 
-// NameBytesMax bounds a member's name.
-const NameBytesMax = 64
+// NameBytesMax bounds a member's name (as the cluster map's names).
+const NameBytesMax = limits.NameBytesMax
 
-// ValidateName checks a member name: 1 to NameBytesMax characters of
-// letters, digits, '.', '-' and '_', starting with a letter or digit (a
-// host name fits; the name is a path segment of the SPIFFE URI).
+// ValidateName checks a member name as the cluster map does
+// (clustermap.ValidName): 1 to NameBytesMax letters, digits, '_', and
+// '.' and '-' after the first (a host name fits; the name is a path
+// segment of the SPIFFE URI).
 func ValidateName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty (give the member a name, e.g. --name)", ErrBadName)
@@ -66,9 +69,9 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: %q is longer than %d bytes", ErrBadName, name, NameBytesMax)
 	}
 	for i, r := range name {
-		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || i > 0 && (r == '.' || r == '-' || r == '_')
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || i > 0 && (r == '.' || r == '-')
 		if !ok {
-			return fmt.Errorf("%w: %q: only letters, digits, '.', '-' and '_' (not first) are allowed", ErrBadName, name)
+			return fmt.Errorf("%w: %q: only letters, digits, '_', and '.' and '-' after the first, are allowed", ErrBadName, name)
 		}
 	}
 	return nil

@@ -12,20 +12,23 @@ import (
 // usage is each setting's flag help; docs/operations.md and the example
 // file say the same at more length.
 var usage = map[string]string{
-	"name":           "unique name of this server in the cluster",
-	"listen":         "HOST:PORT for gRPC and Raft",
-	"advertise":      "address others reach this server at (default: --listen)",
-	"data":           "directory for this server's state",
-	"coordinator":    "run the coordinator role (Raft member holding the cluster map)",
-	"brick":          "run the brick role (stores volume data)",
-	"lock":           "run the lock server role (serves the lock groups the coordinator assigns)",
-	"join":           "comma-separated coordinators to join; without it a coordinator bootstraps a new cluster",
-	"coord":          "comma-separated coordinator addresses a brick or lock server reports to (default: --join)",
-	"domain":         "failure domains, e.g. host=h1,rack=r1,site=s1 (default host=<hostname>)",
-	"capacity":       "brick capacity, e.g. 100GiB (default: free space of --data)",
-	"class":          "brick storage class, e.g. ssd or hdd; volumes created with --class use only bricks of theirs (default: default)",
-	"metrics-listen": "HOST:PORT to serve Prometheus /metrics on (default: none)",
-	"log-level":      "debug, info, warn or error",
+	"name":             "unique name of this server in the cluster",
+	"listen":           "HOST:PORT for gRPC and Raft",
+	"advertise":        "address others reach this server at (default: --listen)",
+	"data":             "directory for this server's state",
+	"coordinator":      "run the coordinator role (Raft member holding the cluster map)",
+	"brick":            "run the brick role (stores volume data)",
+	"lock":             "run the lock server role (serves the lock groups the coordinator assigns)",
+	"join":             "comma-separated coordinators to join; without it a coordinator bootstraps a new cluster",
+	"coord":            "comma-separated coordinator addresses a brick or lock server reports to (default: --join)",
+	"domain":           "failure domains, e.g. host=h1,rack=r1,site=s1 (default host=<hostname>)",
+	"capacity":         "brick capacity, e.g. 100GiB (default: free space of --data)",
+	"class":            "brick storage class, e.g. ssd or hdd; volumes created with --class use only bricks of theirs (default: default)",
+	"metrics-listen":   "HOST:PORT to serve Prometheus /metrics on (default: none)",
+	"metrics-insecure": "serve the metrics port over TLS without requiring a client certificate (for a scraper without one)",
+	"certs":            "certs directory made by `plumeria init` (default: $PLUMERIA_CERTS); with ca.key in it the server issues its own certificate into DATA/tls",
+	"insecure":         "run without TLS: plaintext, no authentication (tests and trusted networks only)",
+	"log-level":        "debug, info, warn or error",
 }
 
 // Bind defines one flag per setting on fs, writing into c, with c's

@@ -47,7 +47,12 @@ type Config struct {
 	Capacity      string   `toml:"capacity"`       // brick capacity, e.g. "100GiB"; "" = free space of data
 	Class         string   `toml:"class"`          // brick storage class, e.g. "ssd"; "" = "default"
 	MetricsListen string   `toml:"metrics-listen"` // HOST:PORT for Prometheus /metrics; "" = none
-	LogLevel      string   `toml:"log-level"`      // debug, info, warn or error
+	// MetricsInsecure serves the HTTP port over TLS without requiring a
+	// client certificate.
+	MetricsInsecure bool   `toml:"metrics-insecure"`
+	Certs           string `toml:"certs"`     // certs directory (plumeria init); "" = $PLUMERIA_CERTS
+	Insecure        bool   `toml:"insecure"`  // no TLS at all
+	LogLevel        string `toml:"log-level"` // debug, info, warn or error
 }
 
 // Domain is where a server sits; replicas of a placement group go to
@@ -223,6 +228,12 @@ func (c Config) Complete() error {
 	if !c.Coordinator && !c.Brick && !c.Lock {
 		return fmt.Errorf("%w: give at least one role: coordinator, brick and/or lock", ErrIncomplete)
 	}
+	if c.Certs == "" && !c.Insecure {
+		return fmt.Errorf("%w: no certificates: run `plumeria init --certs DIR` once and give --certs DIR (or PLUMERIA_CERTS=DIR, or key certs), or --insecure to run without TLS", ErrIncomplete)
+	}
+	if c.Certs != "" && c.Insecure {
+		return fmt.Errorf("%w: both certs %q and insecure are set: choose one", ErrIncomplete, c.Certs)
+	}
 	return nil
 }
 
@@ -249,8 +260,8 @@ func checkKey(c *Config, key string) error {
 		}
 	case "listen", "advertise", "metrics-listen":
 		err = checkAddr(field(c, key).String(), key == "listen" || key == "metrics-listen")
-	case "data":
-		if strings.ContainsRune(c.Data, 0) {
+	case "data", "certs":
+		if strings.ContainsRune(field(c, key).String(), 0) {
 			err = errors.New("contains a NUL byte")
 		}
 	case "join", "coord":
