@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -43,7 +44,12 @@ type Config struct {
 	// client certificate (when the process has an identity; see
 	// node/http.go).
 	MetricsInsecure bool
-	Logger          *slog.Logger
+	// CA lets the coordinator role issue certificates (join tokens,
+	// renewals; coord/security.go), CertLifetime their lifetime (0: a
+	// year). nil: it refuses to.
+	CA           *pki.CA
+	CertLifetime time.Duration
+	Logger       *slog.Logger
 }
 
 // Node is a running server process.
@@ -96,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
-			Join: cfg.Join, Logger: cfg.Logger}, mux.Raft(), n.gs)
+			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime}, mux.Raft(), n.gs)
 		if err != nil {
 			return fail(err)
 		}

@@ -85,7 +85,9 @@ func mountCmd() *cobra.Command {
 		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1 --metrics-listen :9101",
 		Args:    cobra.ExactArgs(1),
 	}
-	connect := coordFlag(c)
+	coordAddr, connect := coordFlags(c)
+	var join joinOpts
+	addJoinFlags(c, &join)
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
 	c.Flags().StringVar(&snap, "snapshot", "", "mount this snapshot of the volume, read-only (plumeria snapshot list shows them)")
@@ -115,16 +117,22 @@ func mountCmd() *cobra.Command {
 			}
 			id = h
 		}
-		cl, err := connect()
-		ident, err := memberIdentity("mount", tlsFlags.certs, tlsFlags.insecure, "", id, pki.RoleClient)
+		// The identity first: connections take it when they are made.
+		stateDir := "" // a certificate issued here from the certs directory is kept in memory
+		if join.token != "" {
+			stateDir = join.stateDir(id)
+		}
+		ident, ca, err := identityFor(cmd.Context(), "mount", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
 		if err != nil {
 			return err
 		}
 		pki.SetDefault(ident)
+		cl, err := connect()
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
+		keepRenewed(cmd.Context(), ident, ca, cl, stateDir, slog.Default())
 		if metricsListen != "" {
 			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {

@@ -43,7 +43,9 @@ Clients name the port, there is no rpcbind:
 		Example: "  plumeria gateway --coord 127.0.0.1:7001 --volume default --listen 127.0.0.1:2049 --allow 127.0.0.1/32",
 		Args:    cobra.NoArgs,
 	}
-	connect := coordFlag(c)
+	coordAddr, connect := coordFlags(c)
+	var join joinOpts
+	addJoinFlags(c, &join)
 	c.Flags().StringVar(&name, "volume", "", "volume to export (as /NAME)")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: HOST-nfs)")
 	c.Flags().StringVar(&listen, "listen", "", "HOST:PORT to serve NFSv3, MOUNT and GETPORT on (TCP)")
@@ -73,7 +75,11 @@ Clients name the port, there is no rpcbind:
 			}
 			id = h + "-nfs"
 		}
-		ident, err := memberIdentity("gateway", tlsFlags.certs, tlsFlags.insecure, "", id, pki.RoleClient)
+		stateDir := "" // a certificate issued here from the certs directory is kept in memory
+		if join.token != "" {
+			stateDir = join.stateDir(id)
+		}
+		ident, ca, err := identityFor(cmd.Context(), "gateway", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
 		if err != nil {
 			return err
 		}
@@ -91,6 +97,7 @@ Clients name the port, there is no rpcbind:
 			return err
 		}
 		defer cl.Close()
+		keepRenewed(cmd.Context(), ident, ca, cl, stateDir, log)
 		if metricsListen != "" {
 			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {

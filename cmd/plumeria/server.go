@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/serverconf"
 	"github.com/plumeria-fs/plumeria/node"
@@ -42,7 +43,7 @@ given on the command line overrides the file.`,
 			if err != nil {
 				return fmt.Errorf("server: %w", err)
 			}
-			if cfg.Certs == "" && !cfg.Insecure {
+			if cfg.Certs == "" && !cfg.Insecure && cfg.Token == "" {
 				cfg.Certs = os.Getenv("PLUMERIA_CERTS")
 			}
 			if cfg.Domain.Host == "" {
@@ -79,7 +80,14 @@ func runServer(cmd *cobra.Command, sc serverconf.Config) error {
 			roles = append(roles, r.role)
 		}
 	}
-	id, err := memberIdentity("server", sc.Certs, sc.Insecure, filepath.Join(sc.Data, "tls"), sc.Name, roles...)
+	// A coordinator that joins asks the coordinators it joins; a brick or
+	// lock server the ones it reports to.
+	coords := sc.Coord
+	if len(coords) == 0 || sc.Coordinator {
+		coords = sc.Join
+	}
+	stateDir := filepath.Join(sc.Data, "tls")
+	id, ca, err := identityFor(cmd.Context(), "server", sc.Certs, sc.Insecure, sc.Token, coords, stateDir, sc.Name, roles...)
 	if err != nil {
 		return err
 	}
@@ -87,12 +95,21 @@ func runServer(cmd *cobra.Command, sc serverconf.Config) error {
 	cfg := node.Config{Name: sc.Name, Listen: sc.Listen, Advertise: sc.Advertise, DataDir: sc.Data,
 		Coordinator: sc.Coordinator, Brick: sc.Brick, Lock: sc.Lock, Join: sc.Join, Coord: sc.Coord,
 		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), Class: sc.Class, MetricsListen: sc.MetricsListen,
-		MetricsInsecure: sc.MetricsInsecure}
+		MetricsInsecure: sc.MetricsInsecure, CA: ca, CertLifetime: sc.CertLifetimeDuration()}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sc.SlogLevel()})).With("node", cfg.Name)
 	n, err := node.Start(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
+	var renewCC *coordclient.Client
+	if ca == nil && id != nil {
+		if renewCC, err = coordclient.New(append(coords, sc.Coord...)...); err != nil {
+			n.Stop()
+			return err
+		}
+		defer renewCC.Close()
+	}
+	keepRenewed(cmd.Context(), id, ca, renewCC, stateDir, cfg.Logger)
 	cfg.Logger.Info("serving", "addr", n.Addr(), "coordinator", cfg.Coordinator, "brick", cfg.Brick, "lock", cfg.Lock, "tls", id != nil)
 	select {
 	case <-cmd.Context().Done():
