@@ -48,7 +48,7 @@ func issued(t *testing.T, ca *pki.CA, name string, roles ...string) *pki.Identit
 // speaks mutual TLS with the role checks, and returns its address.
 func startTLS(t *testing.T, ca *pki.CA) (*Server, string) {
 	t.Helper()
-	mux, err := netmux.Listen("127.0.0.1:0") // Raft only: one member, no peers
+	mux, err := netmux.Listen("127.0.0.1:0", nil) // Raft only: one member, no peers
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -135,4 +135,3 @@ func keepRenewed(ctx context.Context, id *pki.Identity, ca *pki.CA, cc *coordcli
 	}
 	go coordclient.RenewLoop(ctx, id, renew, saved, func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) })
 }
-

@@ -52,8 +52,8 @@ type Config struct {
 	// MetricsInsecure serves the HTTP port over TLS without requiring a
 	// client certificate.
 	MetricsInsecure bool   `toml:"metrics-insecure"`
-	Certs           string `toml:"certs"`     // certs directory (plumeria init); "" = $PLUMERIA_CERTS
-	Insecure        bool   `toml:"insecure"`  // no TLS at all
+	Certs           string `toml:"certs"`    // certs directory (plumeria init); "" = $PLUMERIA_CERTS
+	Insecure        bool   `toml:"insecure"` // no TLS at all
 	// Token is a join token (plumeria token create): without a certs
 	// directory, the server gets its certificate from a coordinator with
 	// it, once, and keeps it in DATA/tls.
@@ -61,7 +61,7 @@ type Config struct {
 	// CertLifetime is the lifetime of the certificates a coordinator
 	// issues to nodes that join or renew, e.g. "720h"; "" = a year.
 	CertLifetime string `toml:"cert-lifetime"`
-	LogLevel        string `toml:"log-level"` // debug, info, warn or error
+	LogLevel     string `toml:"log-level"` // debug, info, warn or error
 }
 
 // Domain is where a server sits; replicas of a placement group go to

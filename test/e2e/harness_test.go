@@ -198,6 +198,7 @@ type proc struct {
 	name, addr, data, logPath string
 	coordinator, brick        bool
 	args                      []string
+	env                       []string // added to the test's environment (e.g. PLUMERIA_CERTS= to run without the certs directory)
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -394,6 +395,9 @@ func (c *cluster) start(p *proc) {
 	p.starts++
 	fmt.Fprintf(f, "=== e2e: start #%d of %s at %s: plumeria %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
 	cmd := exec.Command(serverBin, p.args...)
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = procAttr()
 	if err := startCmd(cmd); err != nil {
