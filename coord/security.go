@@ -199,3 +199,31 @@ func (s *Server) RevokeNode(ctx context.Context, r *pb.RevokeNodeRequest) (*pb.R
 		return &pb.RevokeNodeResponse{}, nil
 	}, func(cl pb.CoordinatorClient) (*pb.RevokeNodeResponse, error) { return cl.RevokeNode(ctx, r) })
 }
+
+// importTokens puts Config.Tokens in the map: those not there yet and not
+// expired (a token once used stays until it expires, so importing again
+// changes nothing).
+func (s *Server) importTokens() {
+	if len(s.cfg.Tokens) == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	_, err := s.mutate(func(m *clustermap.Map) (*clustermap.Map, error) {
+		var add []clustermap.JoinToken
+		for _, t := range s.cfg.Tokens {
+			if m.Token(t.ID) == nil && t.Expires > now {
+				add = append(add, t)
+			}
+		}
+		if len(add) == 0 {
+			return nil, nil
+		}
+		n := m.Clone()
+		n.PruneTokens(now)
+		n.Tokens = append(n.Tokens, add...)
+		return n, nil
+	})
+	if err != nil {
+		s.log.Warn("put the certs directory's join token in the map", "err", err)
+	}
+}

@@ -54,6 +54,10 @@ type Config struct {
 	// certificates it issues; 0 is pki.LeafLifetime.
 	CA           *pki.CA
 	CertLifetime time.Duration
+	// Tokens are join tokens this coordinator puts in the map when it
+	// leads, unless there already or expired (plumeria init's first
+	// token, security.go).
+	Tokens []clustermap.JoinToken
 }
 
 // Server is a running coordinator.

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/brick"
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
@@ -49,6 +50,7 @@ type Config struct {
 	// year). nil: it refuses to.
 	CA           *pki.CA
 	CertLifetime time.Duration
+	Tokens       []clustermap.JoinToken // coord.Config.Tokens
 	Logger       *slog.Logger
 }
 
@@ -102,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
-			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime}, mux.Raft(), n.gs)
+			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), n.gs)
 		if err != nil {
 			return fail(err)
 		}

@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pki"
 )
@@ -134,4 +136,54 @@ func keepRenewed(ctx context.Context, id *pki.Identity, ca *pki.CA, cc *coordcli
 		return id.Save(stateDir)
 	}
 	go coordclient.RenewLoop(ctx, id, renew, saved, func(format string, args ...any) { log.Warn(fmt.Sprintf(format, args...)) })
+}
+
+// The first join token: `plumeria init` writes it to the certs directory
+// (0600) and prints it; a coordinator started with that directory puts it
+// in the map when it leads, so servers and mounts without the directory
+// can join from the start.
+const (
+	initTokenFile = "join-token"
+	initTokenTTL  = 24 * time.Hour
+)
+
+var initTokenRoles = []string{pki.RoleBrick, pki.RoleClient, pki.RoleCoordinator, pki.RoleLock}
+
+// writeInitToken makes the first join token for ca in dir and returns it.
+func writeInitToken(dir string, ca *pki.CA, now time.Time) (pki.Token, time.Time, error) {
+	tok, err := pki.NewToken(pki.CAHash(ca.CertPEM))
+	if err != nil {
+		return pki.Token{}, time.Time{}, err
+	}
+	expires := now.Add(initTokenTTL).UTC().Truncate(time.Second)
+	b := fmt.Sprintf("%s\nexpires %s\n", tok, expires.Format(time.RFC3339))
+	if err := writeSecret(filepath.Join(dir, initTokenFile), []byte(b)); err != nil {
+		return pki.Token{}, time.Time{}, fmt.Errorf("init: write the join token: %w", err)
+	}
+	return tok, expires, nil
+}
+
+// readInitToken returns the first join token of a certs directory as the
+// map keeps it, or nil when there is none.
+func readInitToken(dir string) ([]clustermap.JoinToken, error) {
+	b, err := os.ReadFile(filepath.Join(dir, initTokenFile))
+	if errors.Is(err, os.ErrNotExist) || dir == "" {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "expires ") {
+		return nil, fmt.Errorf("%s: want a token line and an `expires TIME` line", filepath.Join(dir, initTokenFile))
+	}
+	tok, err := pki.ParseToken(lines[0])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, initTokenFile), err)
+	}
+	expires, err := time.Parse(time.RFC3339, strings.TrimPrefix(lines[1], "expires "))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, initTokenFile), err)
+	}
+	return []clustermap.JoinToken{{ID: tok.ID, SecretHash: tok.SecretHash(), Roles: initTokenRoles, Expires: expires.UnixNano()}}, nil
 }

@@ -96,6 +96,11 @@ func runServer(cmd *cobra.Command, sc serverconf.Config) error {
 		Coordinator: sc.Coordinator, Brick: sc.Brick, Lock: sc.Lock, Join: sc.Join, Coord: sc.Coord,
 		Domain: sc.Domain.Map(), CapacityBytes: sc.CapacityBytes(), Class: sc.Class, MetricsListen: sc.MetricsListen,
 		MetricsInsecure: sc.MetricsInsecure, CA: ca, CertLifetime: sc.CertLifetimeDuration()}
+	if sc.Coordinator && sc.Certs != "" {
+		if cfg.Tokens, err = readInitToken(sc.Certs); err != nil {
+			return fmt.Errorf("server: %w", err)
+		}
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: sc.SlogLevel()})).With("node", cfg.Name)
 	n, err := node.Start(cmd.Context(), cfg)
 	if err != nil {

@@ -139,12 +139,18 @@ func initCerts(dir, cluster string, verbose bool) error {
 	if err := ca.IssueAdmin(dir, "admin", time.Now()); err != nil {
 		return fmt.Errorf("init: %w", err)
 	}
+	tok, expires, err := writeInitToken(dir, ca, time.Now())
+	if err != nil {
+		return err
+	}
 	if verbose {
 		abs, _ := filepath.Abs(dir)
 		fmt.Printf("made cluster CA %q in %s:\n", ca.ClusterID, abs)
 		fmt.Printf("  %s  the CA certificate (sha256 of its key: %s)\n", pki.CACertFile, pki.CAHash(ca.CertPEM))
 		fmt.Printf("  %s  its private key: keep it secret; a server or mount with it issues its own certificate\n", pki.CAKeyFile)
 		fmt.Printf("  %s, %s  the operator's certificate (role admin) for the CLI\n", pki.AdminCertFile, pki.AdminKeyFile)
+		fmt.Printf("  %s  a join token for servers and mounts without this directory, until %s:\n    %s\n", initTokenFile, expires.Format(time.RFC3339), tok)
+		fmt.Printf("    (plumeria server --token T / plumeria mount --token T; more with plumeria token create)\n")
 		fmt.Printf("use it:\n  export PLUMERIA_CERTS=%s\n  plumeria server --certs %s ...   (or PLUMERIA_CERTS; each server keeps its certificate in DATA/tls)\n", abs, abs)
 	}
 	return nil

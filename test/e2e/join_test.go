@@ -52,11 +52,16 @@ func TestJoinToken(t *testing.T) {
 		}
 		return out
 	}
-	brickTok := token("brick", "10m")
 	clientTok := token("client", "10m")
+	// plumeria init's token (the coordinator put it in the map).
+	b, err := os.ReadFile(filepath.Join(certsDir, "join-token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	brickTok, _, _ := strings.Cut(string(b), "\n")
 
-	// A brick joins with a token: no certs directory, its certificate in
-	// its data directory.
+	// A brick joins with init's token: no certs directory, its certificate
+	// in its data directory.
 	b4 := c.newProc("b4")
 	b4.brick = true
 	b4.env = []string{"PLUMERIA_CERTS="}
