@@ -38,7 +38,7 @@ type testCluster struct {
 }
 
 func serveGRPC(t *testing.T) (*netmux.Mux, *grpc.Server) {
-	mux, err := netmux.Listen("127.0.0.1:0")
+	mux, err := netmux.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

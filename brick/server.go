@@ -263,7 +263,7 @@ func (s *Server) register(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		m, err := clustermap.Decode(r.MapJson)
+		m, err := coordclient.DecodeMap(r.MapJson)
 		if err != nil {
 			return err
 		}
@@ -315,7 +315,7 @@ func (s *Server) heartbeat() {
 		return
 	}
 	if len(resp.MapJson) > 0 {
-		m, err := clustermap.Decode(resp.MapJson)
+		m, err := coordclient.DecodeMap(resp.MapJson)
 		if err != nil {
 			s.log.Error("heartbeat: bad map from coordinator", "err", err)
 			return

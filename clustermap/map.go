@@ -182,6 +182,10 @@ type Map struct {
 	Sessions      []Session         `json:"sessions,omitempty"`
 	FencesInForce map[string]uint64 `json:"fences_in_force,omitempty"`
 	Recovered     []RecoveredLog    `json:"recovered,omitempty"`
+
+	// Security (security.go): join tokens and revoked nodes.
+	Tokens  []JoinToken  `json:"tokens,omitempty"`
+	Revoked []Revocation `json:"revoked,omitempty"`
 }
 
 // Clone returns a deep copy that can be changed without touching m.
@@ -230,6 +234,7 @@ func (m *Map) Clone() *Map {
 	}
 	c.FencesInForce = cloneMap(m.FencesInForce)
 	c.Recovered = slices.Clone(m.Recovered)
+	m.cloneSecurity(&c)
 	return &c
 }
 
@@ -289,6 +294,9 @@ func (m *Map) FenceEpoch(writer string) uint64 { return m.Fences[writer] }
 // Validate checks the map's invariants. Maps decoded from bytes are
 // validated before use; an invalid map is rejected with an error.
 func (m *Map) Validate() error {
+	if err := m.validateSecurity(); err != nil {
+		return err
+	}
 	if len(m.Bricks) > limits.BricksMax || len(m.Volumes) > limits.VolumesMax || len(m.Fences) > limits.WritersMax {
 		return fmt.Errorf("clustermap: %d bricks, %d volumes, %d fences exceed %d, %d, %d",
 			len(m.Bricks), len(m.Volumes), len(m.Fences), limits.BricksMax, limits.VolumesMax, limits.WritersMax)

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // fsm is the Raft state machine: the current cluster map. Every Raft log
@@ -45,6 +46,7 @@ func (f *fsm) install(m *clustermap.Map) {
 		return
 	}
 	f.m = m
+	pki.NoteRevoked(m.Epoch, m.RevokedNames())
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
@@ -76,6 +78,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.m = m
+	pki.NoteRevoked(m.Epoch, m.RevokedNames())
 	close(f.changed)
 	f.changed = make(chan struct{})
 	f.mu.Unlock()

@@ -42,6 +42,9 @@ func (s *Server) loop() {
 			s.mu.leaderSince = time.Now()
 			s.mu.Unlock()
 		}
+		if leader && !wasLeader {
+			s.importTokens()
+		}
 		wasLeader = leader
 		if !leader {
 			s.heartbeatLeader()

@@ -30,6 +30,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/iostat"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/prom"
 )
 
@@ -47,6 +48,16 @@ type Config struct {
 	// coordinator=Name); nil means prometheus.DefaultRegisterer. A later
 	// coordinator of the same name replaces an earlier one's series.
 	Registerer prometheus.Registerer
+	// CA signs joining nodes' and renewing members' certificates
+	// (security.go); nil, or one without its key: this coordinator
+	// refuses to (FailedPrecondition). CertLifetime is the lifetime of the
+	// certificates it issues; 0 is pki.LeafLifetime.
+	CA           *pki.CA
+	CertLifetime time.Duration
+	// Tokens are join tokens this coordinator puts in the map when it
+	// leads, unless there already or expired (plumeria init's first
+	// token, security.go).
+	Tokens []clustermap.JoinToken
 }
 
 // Server is a running coordinator.

@@ -20,7 +20,7 @@ import (
 // client of it once it leads.
 func startOne(t *testing.T) (*Server, pb.CoordinatorClient) {
 	t.Helper()
-	mux, err := netmux.Listen("127.0.0.1:0")
+	mux, err := netmux.Listen("127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,6 +34,18 @@ type Status struct {
 	Sessions      []clustermap.Session `json:"sessions,omitempty"`
 	// Balance: where rule 6 of clustermap.Reconcile moves PG replicas to.
 	Balance BalanceStatus `json:"balance"`
+	// Security (docs/security.md): nodes refused for good, and the join
+	// tokens that still work (their ids, roles and ends, never secrets).
+	Revoked []string      `json:"revoked,omitempty"`
+	Tokens  []TokenStatus `json:"join_tokens,omitempty"`
+}
+
+// TokenStatus is a join token that has not expired.
+type TokenStatus struct {
+	ID      string    `json:"id"`
+	Roles   []string  `json:"roles"`
+	Expires time.Time `json:"expires"`
+	Used    int       `json:"used"` // names that joined with it
 }
 
 // BalanceStatus is the balance the coordinator works towards: within each
@@ -164,6 +176,12 @@ func (s *Server) status(now time.Time) Status {
 		st.LockServers = append(st.LockServers, ls)
 	}
 	st.Sessions = m.Sessions
+	st.Revoked = m.RevokedNames()
+	for _, t := range m.Tokens {
+		if t.Expires > now.UnixNano() {
+			st.Tokens = append(st.Tokens, TokenStatus{ID: t.ID, Roles: t.Roles, Expires: time.Unix(0, t.Expires).UTC(), Used: len(t.Names)})
+		}
+	}
 	st.Balance.Bricks, st.Balance.Deviation = clustermap.Balance(m)
 	st.Balance.Deviation = math.Round(st.Balance.Deviation*100) / 100
 	for i := range st.Balance.Bricks {

@@ -14,12 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
 	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 )
@@ -81,10 +81,11 @@ const (
 // Dial opens a gRPC connection with Plumeria's options (message size
 // limits; connection attempts bounded by ConnectTimeout and
 // ReconnectDelayMax; the request id of each call's context travels as
-// metadata).
+// metadata). It uses mutual TLS with the process's identity
+// (pki.Default), or plaintext when the process runs insecure (nil).
 func Dial(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr, append(reqid.DialOptions(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()), rpcbuf.DialOption(),
+		pki.DialOption(pki.Default()), rpcbuf.DialOption(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
 		grpc.WithInitialWindowSize(limits.RPCStreamWindowBytes), grpc.WithInitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -188,7 +189,7 @@ func (c *Client) Map(ctx context.Context, minEpoch uint64) (*clustermap.Map, err
 		if err != nil {
 			return err
 		}
-		m, err = clustermap.Decode(r.MapJson)
+		m, err = DecodeMap(r.MapJson)
 		return err
 	})
 	return m, err

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,7 +15,39 @@ import (
 
 	"github.com/plumeria-fs/plumeria/dashboard"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
+
+// httpTLS returns the TLS configuration of an HTTP port (metrics,
+// dashboard, pprof) when the process has an identity, nil when it runs
+// insecure. The port presents the process's certificate and requires a
+// client certificate of the cluster CA (any role: Prometheus and a
+// browser get one issued, e.g. the admin's), unless insecureClients: then
+// it is TLS without client authentication (`--metrics-insecure`, for a
+// scraper that has no certificate).
+func httpTLS(insecureClients bool) *tls.Config {
+	id := pki.Default()
+	if id == nil {
+		return nil
+	}
+	cfg := id.ServerConfig()
+	cfg.ClientAuth = tls.RequireAndVerifyClientCert
+	if insecureClients {
+		cfg.ClientAuth = tls.NoClientCert
+	}
+	return cfg
+}
+
+// serveHTTP serves srv on ln, over TLS when cfg is not nil. Handshakes
+// are bounded by srv.ReadHeaderTimeout.
+func serveHTTP(srv *http.Server, ln net.Listener, cfg *tls.Config) {
+	if cfg == nil {
+		_ = srv.Serve(ln)
+		return
+	}
+	srv.TLSConfig = cfg
+	_ = srv.ServeTLS(ln, "", "") // the certificate comes from cfg.GetCertificate
+}
 
 // httpServer is the node's HTTP port (Config.MetricsListen): Prometheus
 // /metrics always, and on a coordinator the dashboard at / with its
@@ -55,7 +88,7 @@ func (n *Node) startHTTP() error {
 		}()
 	}
 	h.srv = &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}
-	go h.srv.Serve(ln)
+	go serveHTTP(h.srv, ln, httpTLS(n.cfg.MetricsInsecure))
 	n.http = h
 	return nil
 }
@@ -78,8 +111,9 @@ type MetricsServer struct {
 }
 
 // ServeMetrics serves /metrics on listen (HOST:PORT; port 0 picks one)
-// until Close.
-func ServeMetrics(listen string) (*MetricsServer, error) {
+// until Close: over TLS when the process has an identity (pki.Default),
+// requiring a client certificate unless insecureClients.
+func ServeMetrics(listen string, insecureClients bool) (*MetricsServer, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listen on %s: %w", listen, err)
@@ -88,7 +122,7 @@ func ServeMetrics(listen string) (*MetricsServer, error) {
 	m.Handle("/metrics", promhttp.Handler())
 	handleProfiles(m)
 	s := &MetricsServer{srv: &http.Server{Handler: m, ReadHeaderTimeout: 10 * time.Second}, ln: ln}
-	go s.srv.Serve(ln)
+	go serveHTTP(s.srv, ln, httpTLS(insecureClients))
 	return s, nil
 }
 

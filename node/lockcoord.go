@@ -43,7 +43,7 @@ func (c *lockCoord) Events(ctx context.Context) (<-chan lock.Message, error) {
 		if err != nil {
 			return err
 		}
-		m, err = clustermap.Decode(r.MapJson)
+		m, err = coordclient.DecodeMap(r.MapJson)
 		return err
 	})
 	if err != nil {
@@ -106,7 +106,7 @@ func (w *mapWatch) run(ctx context.Context, m *clustermap.Map) {
 		if len(resp.MapJson) == 0 {
 			continue
 		}
-		n, err := clustermap.Decode(resp.MapJson)
+		n, err := coordclient.DecodeMap(resp.MapJson)
 		if err != nil {
 			w.c.log.Error("bad map from coordinator", "err", err)
 			continue
@@ -198,7 +198,7 @@ func (c *lockCoord) Fence(ctx context.Context, clerk string, session uint64) err
 		if err != nil {
 			return err
 		}
-		m, err = clustermap.Decode(r.MapJson)
+		m, err = coordclient.DecodeMap(r.MapJson)
 		return err
 	})
 	if err != nil {

@@ -186,7 +186,7 @@ func testScrape(t *testing.T, tc *testCluster, coordHTTP string) {
 	if err := n.FS.Fsync(ctx, f.Ino, false); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := ServeMetrics("127.0.0.1:0")
+	ms, err := ServeMetrics("127.0.0.1:0", false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,14 +10,17 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/brick"
+	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
 	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 	"github.com/plumeria-fs/plumeria/lock/lockpb"
@@ -38,7 +41,17 @@ type Config struct {
 	CapacityBytes int64
 	Class         string // brick storage class; "" is clustermap.ClassDefault
 	MetricsListen string // empty: no metrics endpoint
-	Logger        *slog.Logger
+	// MetricsInsecure serves the HTTP port over TLS without asking for a
+	// client certificate (when the process has an identity; see
+	// node/http.go).
+	MetricsInsecure bool
+	// CA lets the coordinator role issue certificates (join tokens,
+	// renewals; coord/security.go), CertLifetime their lifetime (0: a
+	// year). nil: it refuses to.
+	CA           *pki.CA
+	CertLifetime time.Duration
+	Tokens       []clustermap.JoinToken // coord.Config.Tokens
+	Logger       *slog.Logger
 }
 
 // Node is a running server process.
@@ -69,7 +82,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	cfg.Logger = reqid.Logger(cfg.Logger) // records logged with a request's ctx carry req=<id>
-	mux, err := netmux.Listen(cfg.Listen)
+	// Mutual TLS with the process's identity (pki.Default), or plaintext
+	// when it runs insecure: the mux terminates TLS for gRPC and Raft.
+	id := pki.Default()
+	mux, err := netmux.Listen(cfg.Listen, id)
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
@@ -77,7 +93,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Advertise = mux.Addr().String()
 	}
 	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
-	n.gs = grpc.NewServer(append(reqid.ServerOptions(cfg.Logger), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
+	n.gs = grpc.NewServer(append(append(pki.HandshakedServerOptions(id), reqid.ServerOptions(cfg.Logger)...), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
 		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.MaxConcurrentStreams(limits.RPCStreamsPerConnMax), rpcbuf.ServerOption(),
 		// Requests served by goroutines that keep their grown stacks (a
@@ -88,7 +104,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
-			Join: cfg.Join, Logger: cfg.Logger}, mux.Raft(), n.gs)
+			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), n.gs)
 		if err != nil {
 			return fail(err)
 		}

@@ -32,7 +32,7 @@ func startCluster(t *testing.T, n int) *coordclient.Client {
 	t.Helper()
 	dir := t.TempDir()
 	serve := func() (*netmux.Mux, *grpc.Server) {
-		mux, err := netmux.Listen("127.0.0.1:0")
+		mux, err := netmux.Listen("127.0.0.1:0", nil)
 		if err != nil {
 			t.Fatal(err)
 		}

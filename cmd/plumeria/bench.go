@@ -108,6 +108,9 @@ func runBenchVdisk(ctx context.Context, w io.Writer, coordAddr, dir string, repl
 		fmt.Fprintln(w, fsbench.Result{Name: "local_file_" + r.Name, Value: r.Value, Unit: r.Unit})
 	}
 	if coordAddr == "" {
+		if err := useLocalIdentity(); err != nil {
+			return err
+		}
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 		lc, err := startLocalCluster(ctx, filepath.Join(dir, "cluster"), "127.0.0.1", 0, 3, "", log)
 		if err != nil {

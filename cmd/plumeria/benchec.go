@@ -83,6 +83,9 @@ type ecCluster struct {
 }
 
 func startECCluster(ctx context.Context, dir string, n int) (*ecCluster, error) {
+	if err := useLocalIdentity(); err != nil {
+		return nil, err
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Logger: log})
 	if err != nil {

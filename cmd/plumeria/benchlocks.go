@@ -36,6 +36,9 @@ func benchLocksCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
+			if err := useLocalIdentity(); err != nil {
+				return err
+			}
 			cn, err := node.Start(ctx, node.Config{Name: "coord1", Listen: "127.0.0.1:0", DataDir: filepath.Join(dir, "c"), Coordinator: true, Logger: log})
 			if err != nil {
 				return err

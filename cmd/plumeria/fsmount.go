@@ -17,6 +17,7 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/history"
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 	"github.com/plumeria-fs/plumeria/volume"
 )
@@ -84,7 +85,9 @@ func mountCmd() *cobra.Command {
 		Example: "  plumeria mount --coord 127.0.0.1:7001 --volume home /mnt/home --name node1 --metrics-listen :9101",
 		Args:    cobra.ExactArgs(1),
 	}
-	connect := coordFlag(c)
+	coordAddr, connect := coordFlags(c)
+	var join joinOpts
+	addJoinFlags(c, &join)
 	c.Flags().StringVar(&name, "volume", "", "volume name")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: the host name)")
 	c.Flags().StringVar(&snap, "snapshot", "", "mount this snapshot of the volume, read-only (plumeria snapshot list shows them)")
@@ -97,6 +100,8 @@ func mountCmd() *cobra.Command {
 		"how far ahead of a sequential reader the kernel reads, in READs of up to 1 MiB in flight together (root only; 0: the kernel's 128 KiB)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
+	var metricsInsecure bool
+	c.Flags().BoolVar(&metricsInsecure, "metrics-insecure", false, "serve --metrics-listen over TLS without requiring a client certificate")
 	c.Flags().DurationVar(&moveInterval, "policy-interval", 10*time.Minute,
 		"how often the policy mover walks the whole tree (one node at a time cluster-wide; a policy change or a rename moves its files at once)")
 	c.Flags().DurationVar(&moveQuiet, "policy-quiet", 10*time.Minute,
@@ -112,13 +117,24 @@ func mountCmd() *cobra.Command {
 			}
 			id = h
 		}
+		// The identity first: connections take it when they are made.
+		stateDir := "" // a certificate issued here from the certs directory is kept in memory
+		if join.token != "" {
+			stateDir = join.stateDir(id)
+		}
+		ident, ca, err := identityFor(cmd.Context(), "mount", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
+		if err != nil {
+			return err
+		}
+		pki.SetDefault(ident)
 		cl, err := connect()
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
+		keepRenewed(cmd.Context(), ident, ca, cl, stateDir, slog.Default())
 		if metricsListen != "" {
-			ms, err := node.ServeMetrics(metricsListen)
+			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {
 				return err
 			}
@@ -164,7 +180,7 @@ func mountCmd() *cobra.Command {
 		fmt.Printf("mounted volume %s on %s as node %s\n", name, args[0], id)
 		return m.wait(ctx)
 	}
-	return c
+	return selfIdentity(c)
 }
 
 // fsMount is a mounted fs node (or snapshot): file system and FUSE server.

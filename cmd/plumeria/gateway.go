@@ -19,6 +19,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
@@ -42,7 +43,9 @@ Clients name the port, there is no rpcbind:
 		Example: "  plumeria gateway --coord 127.0.0.1:7001 --volume default --listen 127.0.0.1:2049 --allow 127.0.0.1/32",
 		Args:    cobra.NoArgs,
 	}
-	connect := coordFlag(c)
+	coordAddr, connect := coordFlags(c)
+	var join joinOpts
+	addJoinFlags(c, &join)
 	c.Flags().StringVar(&name, "volume", "", "volume to export (as /NAME)")
 	c.Flags().StringVar(&id, "name", "", "this fs node's name, unique in the cluster (default: HOST-nfs)")
 	c.Flags().StringVar(&listen, "listen", "", "HOST:PORT to serve NFSv3, MOUNT and GETPORT on (TCP)")
@@ -55,6 +58,8 @@ Clients name the port, there is no rpcbind:
 	c.Flags().StringVar(&state, "state", "", "file keeping the write verifier across clean restarts (default: none, clients resend unstable writes after every restart)")
 	c.Flags().StringVar(&logLevel, "log-level", "warn", "debug, info, warn or error")
 	c.Flags().StringVar(&metricsListen, "metrics-listen", "", "HOST:PORT to serve Prometheus /metrics on (default: none)")
+	var metricsInsecure bool
+	c.Flags().BoolVar(&metricsInsecure, "metrics-insecure", false, "serve --metrics-listen over TLS without requiring a client certificate")
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if name == "" || listen == "" || allow == "" {
 			return fmt.Errorf("--volume, --listen and --allow are required")
@@ -70,6 +75,15 @@ Clients name the port, there is no rpcbind:
 			}
 			id = h + "-nfs"
 		}
+		stateDir := "" // a certificate issued here from the certs directory is kept in memory
+		if join.token != "" {
+			stateDir = join.stateDir(id)
+		}
+		ident, ca, err := identityFor(cmd.Context(), "gateway", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
+		if err != nil {
+			return err
+		}
+		pki.SetDefault(ident)
 		log, err := newLogger(logLevel)
 		if err != nil {
 			return err
@@ -83,8 +97,9 @@ Clients name the port, there is no rpcbind:
 			return err
 		}
 		defer cl.Close()
+		keepRenewed(cmd.Context(), ident, ca, cl, stateDir, log)
 		if metricsListen != "" {
-			ms, err := node.ServeMetrics(metricsListen)
+			ms, err := node.ServeMetrics(metricsListen, metricsInsecure)
 			if err != nil {
 				return err
 			}
@@ -131,7 +146,7 @@ Clients name the port, there is no rpcbind:
 		saveVerifier(state, srv.Verifier(), log)
 		return err
 	}
-	return c
+	return selfIdentity(c)
 }
 
 // remountGateway mounts the volume again as node id after the gateway's

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -23,10 +24,17 @@ func main() {
 	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd(), formatCmd(), mountCmd(), gatewayCmd())
 	root.AddCommand(fsckCmd())
 	root.AddCommand(coordCmd(), doctorCmd(), snapshotCmd(), versionsCmd(), restoreCmd(), retentionCmd(), policyCmd())
+	root.AddCommand(initCmd(), tokenCmd(), nodeCmd())
+	addTLSFlags(root)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "plumeria:", err)
+		msg := err.Error()
+		if tlsFlags.certs == "" && !tlsFlags.insecure && (strings.Contains(msg, "server preface") || strings.Contains(msg, "Unavailable") || strings.Contains(msg, "connection closed")) {
+			// The likeliest cause: a plaintext client of a TLS cluster.
+			msg += " (no --certs given: a cluster with TLS needs --certs DIR or PLUMERIA_CERTS=DIR)"
+		}
+		fmt.Fprintln(os.Stderr, "plumeria:", msg)
 		os.Exit(1)
 	}
 }

@@ -120,6 +120,9 @@ func printStatus(st *coord.Status) {
 		balanced = "rebalancing"
 	}
 	fmt.Fprintf(w, "balance: PG replicas per class in proportion to capacity (TARGET); largest deviation %.2f (%s)\n", st.Balance.Deviation, balanced)
+	if len(st.Revoked) > 0 || len(st.Tokens) > 0 {
+		fmt.Fprintf(w, "security: %d join tokens working, revoked nodes: %s\n", len(st.Tokens), strings.Join(append([]string{}, st.Revoked...), ", "))
+	}
 	fmt.Fprintln(w, "\nVOLUME\tREPLICAS\tPLACEMENT\tCHUNK\tPGS\tCHUNKS\tDEGRADED\tSYNCING PGS\tLIVE\tHISTORY\tSTRIPES\tSNAPSHOTS")
 	for _, v := range st.Volumes {
 		deg := fmt.Sprintf("%d chunks / %d pgs", v.DegradedChunks, v.DegradedPGs)

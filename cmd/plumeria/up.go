@@ -21,6 +21,7 @@ import (
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
@@ -40,8 +41,10 @@ func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks i
 	if basePort == 0 {
 		addr = func(int) string { return net.JoinHostPort(host, "0") }
 	}
+	// The dashboard on loopback asks no client certificate (a browser on
+	// this machine has none); elsewhere it does.
 	c, err := node.Start(ctx, node.Config{Name: "coord1", Listen: addr(0), DataDir: filepath.Join(dir, "coord1"), Coordinator: true, Lock: true,
-		MetricsListen: httpAddr, Logger: log})
+		MetricsListen: httpAddr, MetricsInsecure: loopback(httpAddr), Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +62,19 @@ func startLocalCluster(ctx context.Context, dir, host string, basePort, bricks i
 		lc.nodes = append(lc.nodes, b)
 	}
 	return lc, nil
+}
+
+// loopback reports whether HOST:PORT is on a loopback address.
+func loopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 func (lc *localCluster) stop() {
@@ -100,6 +116,7 @@ func upCmd() *cobra.Command {
 	c.Flags().Uint32Var(&replicas, "replicas", 3, "copies of every chunk of the volume, 1 to 3 (when the volume is created: an existing DIR keeps its own)")
 	c.Flags().StringVar(&nfsAddr, "nfs", "", "also serve the volume over NFSv3 on this HOST:PORT to clients on loopback, root not squashed (plumeria gateway serves other machines)")
 	c.Flags().BoolVar(&fileVersions, "file-versions", false, "keep a version of each file at every close that changed it, and directories' name histories (MNT/.plumeria/at/T; when the volume is created). Old versions' space is not given back yet")
+	selfIdentity(c)
 	c.RunE = func(cmd *cobra.Command, _ []string) error {
 		if replicas < 1 || replicas > 3 {
 			return fmt.Errorf("up: --replicas %d: the cluster has 3 bricks, give 1, 2 or 3", replicas)
@@ -113,6 +130,25 @@ func upCmd() *cobra.Command {
 		case "none":
 			httpAddr = ""
 		}
+		// TLS: a CA in DIR/certs, made the first time; every part of the
+		// cluster in this process shares one certificate (DIR/tls).
+		certs := ""
+		if !tlsFlags.insecure {
+			certs = filepath.Join(dir, "certs")
+			if _, err := os.Stat(filepath.Join(certs, pki.CACertFile)); errors.Is(err, os.ErrNotExist) {
+				if err := initCerts(certs, "", false); err != nil {
+					return fmt.Errorf("up: %w", err)
+				}
+			}
+		}
+		id, err := localIdentity(certs, filepath.Join(dir, "tls"))
+		if err != nil {
+			return fmt.Errorf("up: %w", err)
+		}
+		if certs != "" && id == nil {
+			return fmt.Errorf("up: %s has no %s: up needs it to issue its certificate (or pass --insecure)", certs, pki.CAKeyFile)
+		}
+		pki.SetDefault(id)
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		lc, err := startLocalCluster(cmd.Context(), dir, "127.0.0.1", port, 3, httpAddr, log)
 		if err != nil {
@@ -175,8 +211,17 @@ func upCmd() *cobra.Command {
 		fmt.Printf("Plumeria is up: coordinator %s, lock server, 3 bricks, volume \"default\" (%d replicas), state in %s\n", lc.coord, have, dir)
 		fmt.Printf("mounted on %s\n", mnt)
 		fmt.Print(nfsLine)
-		if lc.http != "" {
+		switch {
+		case lc.http != "" && id == nil:
 			fmt.Printf("dashboard: http://%s/\n", lc.http)
+		case lc.http != "" && loopback(lc.http):
+			fmt.Printf("dashboard: https://%s/ (TLS with the cluster's own CA, no client certificate asked on loopback: your browser warns about the CA)\n", lc.http)
+		case lc.http != "":
+			fmt.Printf("dashboard: https://%s/ (asks for a client certificate of the cluster CA, e.g. %s)\n", lc.http, filepath.Join(certs, pki.AdminCertFile))
+		}
+		if certs != "" {
+			abs, _ := filepath.Abs(certs)
+			fmt.Printf("mutual TLS with the CA in %s; for other commands:\n  export PLUMERIA_CERTS=%s\n", abs, abs)
 		}
 		fmt.Printf("try:\n  echo hello > %s/hello && cat %s/hello\n  plumeria status --coord %s\n"+
 			"  plumeria snapshot create --coord %s --volume default first && ls %s/.plumeria/snapshots/first\n",

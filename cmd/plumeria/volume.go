@@ -13,8 +13,14 @@ import (
 
 // coordFlag adds --coord and returns a function that connects.
 func coordFlag(c *cobra.Command) func() (*coordclient.Client, error) {
+	_, connect := coordFlags(c)
+	return connect
+}
+
+// coordFlags is coordFlag that also returns the flag's value.
+func coordFlags(c *cobra.Command) (*string, func() (*coordclient.Client, error)) {
 	addr := c.Flags().String("coord", "127.0.0.1:7001", "comma-separated coordinator addresses")
-	return func() (*coordclient.Client, error) { return coordclient.New(*addr) }
+	return addr, func() (*coordclient.Client, error) { return coordclient.New(*addr) }
 }
 
 func volumeCmd() *cobra.Command {

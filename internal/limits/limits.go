@@ -51,6 +51,12 @@ const (
 	NameBytesMax = 128
 	// ClassBytesMax bounds a storage class name (brick --class).
 	ClassBytesMax = 32
+	// Security (clustermap/security.go): join tokens live until they
+	// expire, each remembers the names that joined with it; revoked nodes
+	// are kept for good.
+	JoinTokensMax     = 64
+	JoinTokenNamesMax = 1024
+	RevokedMax        = 4096
 	// Erasure-coding profiles (brick/ec, clustermap.Profile): K data and M
 	// parity shards on a stripe group of K+M bricks.
 	DataShardsMax   = 32

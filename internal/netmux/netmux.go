@@ -2,16 +2,30 @@
 // starts with the byte RaftMagic, written by RaftLayer's Dial; anything else
 // (an HTTP/2 client preface starts with 'P') goes to the gRPC listener.
 // It owns only the first byte of each connection.
+//
+// With an identity (mutual TLS, internal/pki) the mux terminates TLS on
+// every connection before it looks at the first byte, so the byte is
+// read from the encrypted stream; only a peer whose certificate carries
+// the coordinator role may open a Raft stream, and the gRPC server gets
+// connections that are already TLS (serve it with
+// pki.HandshakedServerOptions). A connection that fails its handshake is
+// closed and forgotten: it never reaches gRPC or Raft.
 package netmux
 
 import (
 	"bufio"
+	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // RaftMagic is the first byte a Raft stream sends. Part of the wire format.
@@ -24,17 +38,19 @@ const sniffTimeout = 10 * time.Second
 // Mux splits one listener into a gRPC listener and a Raft stream layer.
 type Mux struct {
 	ln   net.Listener
+	id   *pki.Identity // nil: plaintext
 	grpc *chanListener
 	raft *chanListener
 }
 
-// Listen listens on addr and starts dispatching connections.
-func Listen(addr string) (*Mux, error) {
+// Listen listens on addr and starts dispatching connections. With id
+// non-nil every connection is mutual TLS with id; nil is plaintext.
+func Listen(addr string, id *pki.Identity) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	m := &Mux{ln: ln, grpc: newChanListener(ln.Addr()), raft: newChanListener(ln.Addr())}
+	m := &Mux{ln: ln, id: id, grpc: newChanListener(ln.Addr()), raft: newChanListener(ln.Addr())}
 	go m.serve()
 	return m, nil
 }
@@ -46,7 +62,7 @@ func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
 func (m *Mux) GRPC() net.Listener { return m.grpc }
 
 // Raft returns a raft.StreamLayer over this port.
-func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{m.raft} }
+func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{m.raft, m.id} }
 
 // Close stops accepting; established connections are their owners' to close.
 func (m *Mux) Close() error {
@@ -73,6 +89,13 @@ func (m *Mux) serve() {
 }
 
 func (m *Mux) dispatch(c net.Conn) {
+	if m.id != nil {
+		tc, err := pki.ServerHandshake(c, m.id.ServerConfig())
+		if err != nil {
+			return // closed by ServerHandshake
+		}
+		c = tc
+	}
 	_ = c.SetReadDeadline(time.Now().Add(sniffTimeout))
 	br := bufio.NewReaderSize(c, 4096)
 	first, err := br.Peek(1)
@@ -82,12 +105,41 @@ func (m *Mux) dispatch(c net.Conn) {
 		return
 	}
 	if first[0] == RaftMagic {
+		if m.id != nil && !verifiedRole(c.(*tls.Conn).ConnectionState(), pki.RoleCoordinator) {
+			c.Close() // only coordinators take part in Raft
+			return
+		}
 		_, _ = br.Discard(1)
-		m.raft.put(&bufConn{Conn: c, r: br})
+		m.raft.put(wrap(c, br))
 		return
 	}
-	m.grpc.put(&bufConn{Conn: c, r: br})
+	m.grpc.put(wrap(c, br))
 }
+
+// verifiedRole reports whether the peer of a TLS connection presented a
+// certificate verified against the cluster CA that carries role.
+func verifiedRole(st tls.ConnectionState, role string) bool {
+	if len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return false
+	}
+	return slices.Contains(st.VerifiedChains[0][0].Subject.OrganizationalUnit, role)
+}
+
+func wrap(c net.Conn, br *bufio.Reader) net.Conn {
+	if tc, ok := c.(*tls.Conn); ok {
+		return &tlsBufConn{bufConn{Conn: c, r: br}, tc}
+	}
+	return &bufConn{Conn: c, r: br}
+}
+
+// tlsBufConn is a bufConn over TLS that keeps the TLS state reachable
+// (pki.TLSConn), so gRPC reports the peer's certificate.
+type tlsBufConn struct {
+	bufConn
+	tc *tls.Conn
+}
+
+func (t *tlsBufConn) ConnectionState() tls.ConnectionState { return t.tc.ConnectionState() }
 
 type bufConn struct {
 	net.Conn
@@ -128,13 +180,28 @@ func (l *chanListener) close()         { l.once.Do(func() { close(l.done) }) }
 func (l *chanListener) Close() error   { l.close(); return nil }
 func (l *chanListener) Addr() net.Addr { return l.addr }
 
-type raftLayer struct{ *chanListener }
+type raftLayer struct {
+	*chanListener
+	id *pki.Identity // nil: plaintext
+}
 
-// Dial opens a Raft stream to a peer's mux port.
+// Dial opens a Raft stream to a peer's mux port (over mutual TLS with a
+// peer that must be a coordinator, when the mux has an identity).
 func (r *raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	c, err := net.DialTimeout("tcp", string(addr), timeout)
 	if err != nil {
 		return nil, err
+	}
+	if r.id != nil {
+		tc := tls.Client(c, r.id.ClientConfigFor(pki.RoleCoordinator))
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("raft: TLS handshake with %s: %w", addr, err)
+		}
+		c = tc
 	}
 	if _, err := c.Write([]byte{RaftMagic}); err != nil {
 		c.Close()

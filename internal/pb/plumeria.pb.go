@@ -5255,6 +5255,416 @@ func (x *FetchBlockResponse) GetRef() []byte {
 	return nil
 }
 
+type CreateJoinTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Roles         []string               `protobuf:"bytes,1,rep,name=roles,proto3" json:"roles,omitempty"`            // roles a node may ask for with the token
+	TtlS          int64                  `protobuf:"varint,2,opt,name=ttl_s,json=ttlS,proto3" json:"ttl_s,omitempty"` // seconds until it expires
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenRequest) Reset() {
+	*x = CreateJoinTokenRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenRequest) ProtoMessage() {}
+
+func (x *CreateJoinTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *CreateJoinTokenRequest) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *CreateJoinTokenRequest) GetTtlS() int64 {
+	if x != nil {
+		return x.TtlS
+	}
+	return 0
+}
+
+type CreateJoinTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"` // plm1.<id>.<secret>.<CA hash>
+	ExpiresUnixS  int64                  `protobuf:"varint,2,opt,name=expires_unix_s,json=expiresUnixS,proto3" json:"expires_unix_s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateJoinTokenResponse) Reset() {
+	*x = CreateJoinTokenResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[87]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateJoinTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateJoinTokenResponse) ProtoMessage() {}
+
+func (x *CreateJoinTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[87]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateJoinTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateJoinTokenResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{87}
+}
+
+func (x *CreateJoinTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateJoinTokenResponse) GetExpiresUnixS() int64 {
+	if x != nil {
+		return x.ExpiresUnixS
+	}
+	return 0
+}
+
+type IssueCertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TokenId       string                 `protobuf:"bytes,1,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	Secret        []byte                 `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Roles         []string               `protobuf:"bytes,4,rep,name=roles,proto3" json:"roles,omitempty"`
+	CsrPem        []byte                 `protobuf:"bytes,5,opt,name=csr_pem,json=csrPem,proto3" json:"csr_pem,omitempty"` // PKCS#10 request signed with the node's new key
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueCertificateRequest) Reset() {
+	*x = IssueCertificateRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[88]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueCertificateRequest) ProtoMessage() {}
+
+func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[88]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
+func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{88}
+}
+
+func (x *IssueCertificateRequest) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *IssueCertificateRequest) GetSecret() []byte {
+	if x != nil {
+		return x.Secret
+	}
+	return nil
+}
+
+func (x *IssueCertificateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IssueCertificateRequest) GetRoles() []string {
+	if x != nil {
+		return x.Roles
+	}
+	return nil
+}
+
+func (x *IssueCertificateRequest) GetCsrPem() []byte {
+	if x != nil {
+		return x.CsrPem
+	}
+	return nil
+}
+
+type IssueCertificateResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	CertPem []byte                 `protobuf:"bytes,1,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	CaPem   []byte                 `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	// ca_key_pem: the CA's key, for a node given the coordinator role (it
+	// signs joins and renewals too); empty otherwise.
+	CaKeyPem      []byte `protobuf:"bytes,3,opt,name=ca_key_pem,json=caKeyPem,proto3" json:"ca_key_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueCertificateResponse) Reset() {
+	*x = IssueCertificateResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[89]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueCertificateResponse) ProtoMessage() {}
+
+func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[89]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
+func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{89}
+}
+
+func (x *IssueCertificateResponse) GetCertPem() []byte {
+	if x != nil {
+		return x.CertPem
+	}
+	return nil
+}
+
+func (x *IssueCertificateResponse) GetCaPem() []byte {
+	if x != nil {
+		return x.CaPem
+	}
+	return nil
+}
+
+func (x *IssueCertificateResponse) GetCaKeyPem() []byte {
+	if x != nil {
+		return x.CaKeyPem
+	}
+	return nil
+}
+
+type RenewCertificateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CsrPem        []byte                 `protobuf:"bytes,1,opt,name=csr_pem,json=csrPem,proto3" json:"csr_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewCertificateRequest) Reset() {
+	*x = RenewCertificateRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[90]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewCertificateRequest) ProtoMessage() {}
+
+func (x *RenewCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[90]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RenewCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{90}
+}
+
+func (x *RenewCertificateRequest) GetCsrPem() []byte {
+	if x != nil {
+		return x.CsrPem
+	}
+	return nil
+}
+
+type RenewCertificateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CertPem       []byte                 `protobuf:"bytes,1,opt,name=cert_pem,json=certPem,proto3" json:"cert_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewCertificateResponse) Reset() {
+	*x = RenewCertificateResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewCertificateResponse) ProtoMessage() {}
+
+func (x *RenewCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RenewCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *RenewCertificateResponse) GetCertPem() []byte {
+	if x != nil {
+		return x.CertPem
+	}
+	return nil
+}
+
+type RevokeNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeNodeRequest) Reset() {
+	*x = RevokeNodeRequest{}
+	mi := &file_proto_plumeria_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeNodeRequest) ProtoMessage() {}
+
+func (x *RevokeNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeNodeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeNodeRequest) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *RevokeNodeRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RevokeNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeNodeResponse) Reset() {
+	*x = RevokeNodeResponse{}
+	mi := &file_proto_plumeria_proto_msgTypes[93]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeNodeResponse) ProtoMessage() {}
+
+func (x *RevokeNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_plumeria_proto_msgTypes[93]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeNodeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeNodeResponse) Descriptor() ([]byte, []int) {
+	return file_proto_plumeria_proto_rawDescGZIP(), []int{93}
+}
+
 type BlockVersionsResponse_Version struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	SnapGen     uint64                 `protobuf:"varint,1,opt,name=snap_gen,json=snapGen,proto3" json:"snap_gen,omitempty"`             // the volume generation it was written in (gen >> 32)
@@ -5269,7 +5679,7 @@ type BlockVersionsResponse_Version struct {
 
 func (x *BlockVersionsResponse_Version) Reset() {
 	*x = BlockVersionsResponse_Version{}
-	mi := &file_proto_plumeria_proto_msgTypes[87]
+	mi := &file_proto_plumeria_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5281,7 +5691,7 @@ func (x *BlockVersionsResponse_Version) String() string {
 func (*BlockVersionsResponse_Version) ProtoMessage() {}
 
 func (x *BlockVersionsResponse_Version) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_plumeria_proto_msgTypes[87]
+	mi := &file_proto_plumeria_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5691,7 +6101,31 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1c\n" +
 	"\ttombstone\x18\x03 \x01(\bR\ttombstone\x12\x10\n" +
-	"\x03ref\x18\x04 \x01(\fR\x03ref2\xca\r\n" +
+	"\x03ref\x18\x04 \x01(\fR\x03ref\"C\n" +
+	"\x16CreateJoinTokenRequest\x12\x14\n" +
+	"\x05roles\x18\x01 \x03(\tR\x05roles\x12\x13\n" +
+	"\x05ttl_s\x18\x02 \x01(\x03R\x04ttlS\"U\n" +
+	"\x17CreateJoinTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12$\n" +
+	"\x0eexpires_unix_s\x18\x02 \x01(\x03R\fexpiresUnixS\"\x8f\x01\n" +
+	"\x17IssueCertificateRequest\x12\x19\n" +
+	"\btoken_id\x18\x01 \x01(\tR\atokenId\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\fR\x06secret\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05roles\x18\x04 \x03(\tR\x05roles\x12\x17\n" +
+	"\acsr_pem\x18\x05 \x01(\fR\x06csrPem\"j\n" +
+	"\x18IssueCertificateResponse\x12\x19\n" +
+	"\bcert_pem\x18\x01 \x01(\fR\acertPem\x12\x15\n" +
+	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\x12\x1c\n" +
+	"\n" +
+	"ca_key_pem\x18\x03 \x01(\fR\bcaKeyPem\"2\n" +
+	"\x17RenewCertificateRequest\x12\x17\n" +
+	"\acsr_pem\x18\x01 \x01(\fR\x06csrPem\"5\n" +
+	"\x18RenewCertificateResponse\x12\x19\n" +
+	"\bcert_pem\x18\x01 \x01(\fR\acertPem\"'\n" +
+	"\x11RevokeNodeRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x14\n" +
+	"\x12RevokeNodeResponse2\xb9\x10\n" +
 	"\vCoordinator\x12;\n" +
 	"\x04Join\x12\x18.plumeria.v1.JoinRequest\x1a\x19.plumeria.v1.JoinResponse\x12b\n" +
 	"\x11RemoveCoordinator\x12%.plumeria.v1.RemoveCoordinatorRequest\x1a&.plumeria.v1.RemoveCoordinatorResponse\x12V\n" +
@@ -5710,7 +6144,12 @@ const file_proto_plumeria_proto_rawDesc = "" +
 	"\rEnsureProfile\x12!.plumeria.v1.EnsureProfileRequest\x1a\".plumeria.v1.EnsureProfileResponse\x12G\n" +
 	"\bSGSynced\x12\x1c.plumeria.v1.SGSyncedRequest\x1a\x1d.plumeria.v1.SGSyncedResponse\x12V\n" +
 	"\rReplicaFailed\x12!.plumeria.v1.ReplicaFailedRequest\x1a\".plumeria.v1.ReplicaFailedResponse\x12A\n" +
-	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12e\n" +
+	"\x06Status\x12\x1a.plumeria.v1.StatusRequest\x1a\x1b.plumeria.v1.StatusResponse\x12\\\n" +
+	"\x0fCreateJoinToken\x12#.plumeria.v1.CreateJoinTokenRequest\x1a$.plumeria.v1.CreateJoinTokenResponse\x12_\n" +
+	"\x10IssueCertificate\x12$.plumeria.v1.IssueCertificateRequest\x1a%.plumeria.v1.IssueCertificateResponse\x12_\n" +
+	"\x10RenewCertificate\x12$.plumeria.v1.RenewCertificateRequest\x1a%.plumeria.v1.RenewCertificateResponse\x12M\n" +
+	"\n" +
+	"RevokeNode\x12\x1e.plumeria.v1.RevokeNodeRequest\x1a\x1f.plumeria.v1.RevokeNodeResponse\x12e\n" +
 	"\x12RegisterLockServer\x12&.plumeria.v1.RegisterLockServerRequest\x1a'.plumeria.v1.RegisterLockServerResponse\x12P\n" +
 	"\vOpenSession\x12\x1f.plumeria.v1.OpenSessionRequest\x1a .plumeria.v1.OpenSessionResponse\x12\\\n" +
 	"\x0fRecordRecovered\x12#.plumeria.v1.RecordRecoveredRequest\x1a$.plumeria.v1.RecordRecoveredResponse\x12S\n" +
@@ -5750,7 +6189,7 @@ func file_proto_plumeria_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_plumeria_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_proto_plumeria_proto_msgTypes = make([]protoimpl.MessageInfo, 96)
 var file_proto_plumeria_proto_goTypes = []any{
 	(HeartbeatRequest_Kind)(0),            // 0: plumeria.v1.HeartbeatRequest.Kind
 	(BlockOp_Kind)(0),                     // 1: plumeria.v1.BlockOp.Kind
@@ -5840,11 +6279,19 @@ var file_proto_plumeria_proto_goTypes = []any{
 	(*BackfillResponse)(nil),              // 85: plumeria.v1.BackfillResponse
 	(*FetchBlockRequest)(nil),             // 86: plumeria.v1.FetchBlockRequest
 	(*FetchBlockResponse)(nil),            // 87: plumeria.v1.FetchBlockResponse
-	nil,                                   // 88: plumeria.v1.RegisterBrickRequest.DomainEntry
-	(*BlockVersionsResponse_Version)(nil), // 89: plumeria.v1.BlockVersionsResponse.Version
+	(*CreateJoinTokenRequest)(nil),        // 88: plumeria.v1.CreateJoinTokenRequest
+	(*CreateJoinTokenResponse)(nil),       // 89: plumeria.v1.CreateJoinTokenResponse
+	(*IssueCertificateRequest)(nil),       // 90: plumeria.v1.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),      // 91: plumeria.v1.IssueCertificateResponse
+	(*RenewCertificateRequest)(nil),       // 92: plumeria.v1.RenewCertificateRequest
+	(*RenewCertificateResponse)(nil),      // 93: plumeria.v1.RenewCertificateResponse
+	(*RevokeNodeRequest)(nil),             // 94: plumeria.v1.RevokeNodeRequest
+	(*RevokeNodeResponse)(nil),            // 95: plumeria.v1.RevokeNodeResponse
+	nil,                                   // 96: plumeria.v1.RegisterBrickRequest.DomainEntry
+	(*BlockVersionsResponse_Version)(nil), // 97: plumeria.v1.BlockVersionsResponse.Version
 }
 var file_proto_plumeria_proto_depIdxs = []int32{
-	88, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
+	96, // 0: plumeria.v1.RegisterBrickRequest.domain:type_name -> plumeria.v1.RegisterBrickRequest.DomainEntry
 	0,  // 1: plumeria.v1.HeartbeatRequest.kind:type_name -> plumeria.v1.HeartbeatRequest.Kind
 	8,  // 2: plumeria.v1.HeartbeatRequest.usage:type_name -> plumeria.v1.PGUsage
 	11, // 3: plumeria.v1.HeartbeatRequest.io:type_name -> plumeria.v1.IOStats
@@ -5858,7 +6305,7 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	68, // 11: plumeria.v1.WriteVRequest.extents:type_name -> plumeria.v1.Extent
 	65, // 12: plumeria.v1.WriteVRequest.writer:type_name -> plumeria.v1.Writer
 	65, // 13: plumeria.v1.DecommitRequest.writer:type_name -> plumeria.v1.Writer
-	89, // 14: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
+	97, // 14: plumeria.v1.BlockVersionsResponse.versions:type_name -> plumeria.v1.BlockVersionsResponse.Version
 	65, // 15: plumeria.v1.PruneVersionsRequest.writer:type_name -> plumeria.v1.Writer
 	1,  // 16: plumeria.v1.BlockOp.kind:type_name -> plumeria.v1.BlockOp.Kind
 	65, // 17: plumeria.v1.ReplicateRequest.writer:type_name -> plumeria.v1.Writer
@@ -5882,67 +6329,75 @@ var file_proto_plumeria_proto_depIdxs = []int32{
 	34, // 35: plumeria.v1.Coordinator.SGSynced:input_type -> plumeria.v1.SGSyncedRequest
 	36, // 36: plumeria.v1.Coordinator.ReplicaFailed:input_type -> plumeria.v1.ReplicaFailedRequest
 	46, // 37: plumeria.v1.Coordinator.Status:input_type -> plumeria.v1.StatusRequest
-	38, // 38: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
-	40, // 39: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
-	42, // 40: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
-	44, // 41: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
-	66, // 42: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
-	67, // 43: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
-	70, // 44: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
-	72, // 45: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
-	79, // 46: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
-	81, // 47: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
-	84, // 48: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
-	86, // 49: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
-	74, // 50: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
-	76, // 51: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
-	56, // 52: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
-	58, // 53: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
-	60, // 54: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
-	62, // 55: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
-	54, // 56: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
-	51, // 57: plumeria.v1.Brick.Layout:input_type -> plumeria.v1.LayoutRequest
-	49, // 58: plumeria.v1.Brick.StripeRefs:input_type -> plumeria.v1.StripeRefsRequest
-	3,  // 59: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
-	5,  // 60: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
-	7,  // 61: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
-	12, // 62: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
-	14, // 63: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
-	16, // 64: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
-	18, // 65: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
-	20, // 66: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
-	22, // 67: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
-	24, // 68: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
-	26, // 69: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
-	28, // 70: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
-	30, // 71: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
-	33, // 72: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
-	35, // 73: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
-	37, // 74: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
-	47, // 75: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
-	39, // 76: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
-	41, // 77: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
-	43, // 78: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
-	45, // 79: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
-	69, // 80: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
-	69, // 81: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
-	71, // 82: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
-	73, // 83: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
-	80, // 84: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
-	83, // 85: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
-	85, // 86: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
-	87, // 87: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
-	75, // 88: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
-	77, // 89: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
-	57, // 90: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
-	59, // 91: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
-	61, // 92: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
-	63, // 93: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
-	55, // 94: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
-	53, // 95: plumeria.v1.Brick.Layout:output_type -> plumeria.v1.LayoutResponse
-	50, // 96: plumeria.v1.Brick.StripeRefs:output_type -> plumeria.v1.StripeRefsResponse
-	59, // [59:97] is the sub-list for method output_type
-	21, // [21:59] is the sub-list for method input_type
+	88, // 38: plumeria.v1.Coordinator.CreateJoinToken:input_type -> plumeria.v1.CreateJoinTokenRequest
+	90, // 39: plumeria.v1.Coordinator.IssueCertificate:input_type -> plumeria.v1.IssueCertificateRequest
+	92, // 40: plumeria.v1.Coordinator.RenewCertificate:input_type -> plumeria.v1.RenewCertificateRequest
+	94, // 41: plumeria.v1.Coordinator.RevokeNode:input_type -> plumeria.v1.RevokeNodeRequest
+	38, // 42: plumeria.v1.Coordinator.RegisterLockServer:input_type -> plumeria.v1.RegisterLockServerRequest
+	40, // 43: plumeria.v1.Coordinator.OpenSession:input_type -> plumeria.v1.OpenSessionRequest
+	42, // 44: plumeria.v1.Coordinator.RecordRecovered:input_type -> plumeria.v1.RecordRecoveredRequest
+	44, // 45: plumeria.v1.Coordinator.CloseSession:input_type -> plumeria.v1.CloseSessionRequest
+	66, // 46: plumeria.v1.Brick.Write:input_type -> plumeria.v1.WriteRequest
+	67, // 47: plumeria.v1.Brick.WriteV:input_type -> plumeria.v1.WriteVRequest
+	70, // 48: plumeria.v1.Brick.Read:input_type -> plumeria.v1.ReadRequest
+	72, // 49: plumeria.v1.Brick.Decommit:input_type -> plumeria.v1.DecommitRequest
+	79, // 50: plumeria.v1.Brick.Replicate:input_type -> plumeria.v1.ReplicateRequest
+	81, // 51: plumeria.v1.Brick.Inventory:input_type -> plumeria.v1.InventoryRequest
+	84, // 52: plumeria.v1.Brick.Backfill:input_type -> plumeria.v1.BackfillRequest
+	86, // 53: plumeria.v1.Brick.FetchBlock:input_type -> plumeria.v1.FetchBlockRequest
+	74, // 54: plumeria.v1.Brick.BlockVersions:input_type -> plumeria.v1.BlockVersionsRequest
+	76, // 55: plumeria.v1.Brick.PruneVersions:input_type -> plumeria.v1.PruneVersionsRequest
+	56, // 56: plumeria.v1.Brick.ShardPut:input_type -> plumeria.v1.ShardPutRequest
+	58, // 57: plumeria.v1.Brick.ShardRead:input_type -> plumeria.v1.ShardReadRequest
+	60, // 58: plumeria.v1.Brick.ShardDelete:input_type -> plumeria.v1.ShardDeleteRequest
+	62, // 59: plumeria.v1.Brick.ShardInventory:input_type -> plumeria.v1.ShardInventoryRequest
+	54, // 60: plumeria.v1.Brick.Relayout:input_type -> plumeria.v1.RelayoutRequest
+	51, // 61: plumeria.v1.Brick.Layout:input_type -> plumeria.v1.LayoutRequest
+	49, // 62: plumeria.v1.Brick.StripeRefs:input_type -> plumeria.v1.StripeRefsRequest
+	3,  // 63: plumeria.v1.Coordinator.Join:output_type -> plumeria.v1.JoinResponse
+	5,  // 64: plumeria.v1.Coordinator.RemoveCoordinator:output_type -> plumeria.v1.RemoveCoordinatorResponse
+	7,  // 65: plumeria.v1.Coordinator.RegisterBrick:output_type -> plumeria.v1.RegisterBrickResponse
+	12, // 66: plumeria.v1.Coordinator.Heartbeat:output_type -> plumeria.v1.HeartbeatResponse
+	14, // 67: plumeria.v1.Coordinator.GetMap:output_type -> plumeria.v1.GetMapResponse
+	16, // 68: plumeria.v1.Coordinator.CreateVolume:output_type -> plumeria.v1.CreateVolumeResponse
+	18, // 69: plumeria.v1.Coordinator.Fence:output_type -> plumeria.v1.FenceResponse
+	20, // 70: plumeria.v1.Coordinator.Snapshot:output_type -> plumeria.v1.SnapshotResponse
+	22, // 71: plumeria.v1.Coordinator.DeleteSnapshot:output_type -> plumeria.v1.DeleteSnapshotResponse
+	24, // 72: plumeria.v1.Coordinator.SetSnapshotSchedule:output_type -> plumeria.v1.SetSnapshotScheduleResponse
+	26, // 73: plumeria.v1.Coordinator.DrainBrick:output_type -> plumeria.v1.DrainBrickResponse
+	28, // 74: plumeria.v1.Coordinator.RemoveBrick:output_type -> plumeria.v1.RemoveBrickResponse
+	30, // 75: plumeria.v1.Coordinator.PGSynced:output_type -> plumeria.v1.PGSyncedResponse
+	33, // 76: plumeria.v1.Coordinator.EnsureProfile:output_type -> plumeria.v1.EnsureProfileResponse
+	35, // 77: plumeria.v1.Coordinator.SGSynced:output_type -> plumeria.v1.SGSyncedResponse
+	37, // 78: plumeria.v1.Coordinator.ReplicaFailed:output_type -> plumeria.v1.ReplicaFailedResponse
+	47, // 79: plumeria.v1.Coordinator.Status:output_type -> plumeria.v1.StatusResponse
+	89, // 80: plumeria.v1.Coordinator.CreateJoinToken:output_type -> plumeria.v1.CreateJoinTokenResponse
+	91, // 81: plumeria.v1.Coordinator.IssueCertificate:output_type -> plumeria.v1.IssueCertificateResponse
+	93, // 82: plumeria.v1.Coordinator.RenewCertificate:output_type -> plumeria.v1.RenewCertificateResponse
+	95, // 83: plumeria.v1.Coordinator.RevokeNode:output_type -> plumeria.v1.RevokeNodeResponse
+	39, // 84: plumeria.v1.Coordinator.RegisterLockServer:output_type -> plumeria.v1.RegisterLockServerResponse
+	41, // 85: plumeria.v1.Coordinator.OpenSession:output_type -> plumeria.v1.OpenSessionResponse
+	43, // 86: plumeria.v1.Coordinator.RecordRecovered:output_type -> plumeria.v1.RecordRecoveredResponse
+	45, // 87: plumeria.v1.Coordinator.CloseSession:output_type -> plumeria.v1.CloseSessionResponse
+	69, // 88: plumeria.v1.Brick.Write:output_type -> plumeria.v1.WriteResponse
+	69, // 89: plumeria.v1.Brick.WriteV:output_type -> plumeria.v1.WriteResponse
+	71, // 90: plumeria.v1.Brick.Read:output_type -> plumeria.v1.ReadResponse
+	73, // 91: plumeria.v1.Brick.Decommit:output_type -> plumeria.v1.DecommitResponse
+	80, // 92: plumeria.v1.Brick.Replicate:output_type -> plumeria.v1.ReplicateResponse
+	83, // 93: plumeria.v1.Brick.Inventory:output_type -> plumeria.v1.InventoryResponse
+	85, // 94: plumeria.v1.Brick.Backfill:output_type -> plumeria.v1.BackfillResponse
+	87, // 95: plumeria.v1.Brick.FetchBlock:output_type -> plumeria.v1.FetchBlockResponse
+	75, // 96: plumeria.v1.Brick.BlockVersions:output_type -> plumeria.v1.BlockVersionsResponse
+	77, // 97: plumeria.v1.Brick.PruneVersions:output_type -> plumeria.v1.PruneVersionsResponse
+	57, // 98: plumeria.v1.Brick.ShardPut:output_type -> plumeria.v1.ShardPutResponse
+	59, // 99: plumeria.v1.Brick.ShardRead:output_type -> plumeria.v1.ShardReadResponse
+	61, // 100: plumeria.v1.Brick.ShardDelete:output_type -> plumeria.v1.ShardDeleteResponse
+	63, // 101: plumeria.v1.Brick.ShardInventory:output_type -> plumeria.v1.ShardInventoryResponse
+	55, // 102: plumeria.v1.Brick.Relayout:output_type -> plumeria.v1.RelayoutResponse
+	53, // 103: plumeria.v1.Brick.Layout:output_type -> plumeria.v1.LayoutResponse
+	50, // 104: plumeria.v1.Brick.StripeRefs:output_type -> plumeria.v1.StripeRefsResponse
+	63, // [63:105] is the sub-list for method output_type
+	21, // [21:63] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -5959,7 +6414,7 @@ func file_proto_plumeria_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_plumeria_proto_rawDesc), len(file_proto_plumeria_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   88,
+			NumMessages:   96,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -43,6 +43,10 @@ const (
 	Coordinator_SGSynced_FullMethodName            = "/plumeria.v1.Coordinator/SGSynced"
 	Coordinator_ReplicaFailed_FullMethodName       = "/plumeria.v1.Coordinator/ReplicaFailed"
 	Coordinator_Status_FullMethodName              = "/plumeria.v1.Coordinator/Status"
+	Coordinator_CreateJoinToken_FullMethodName     = "/plumeria.v1.Coordinator/CreateJoinToken"
+	Coordinator_IssueCertificate_FullMethodName    = "/plumeria.v1.Coordinator/IssueCertificate"
+	Coordinator_RenewCertificate_FullMethodName    = "/plumeria.v1.Coordinator/RenewCertificate"
+	Coordinator_RevokeNode_FullMethodName          = "/plumeria.v1.Coordinator/RevokeNode"
 	Coordinator_RegisterLockServer_FullMethodName  = "/plumeria.v1.Coordinator/RegisterLockServer"
 	Coordinator_OpenSession_FullMethodName         = "/plumeria.v1.Coordinator/OpenSession"
 	Coordinator_RecordRecovered_FullMethodName     = "/plumeria.v1.Coordinator/RecordRecovered"
@@ -95,6 +99,18 @@ type CoordinatorClient interface {
 	// can ever lead (sent by the PG primary).
 	ReplicaFailed(ctx context.Context, in *ReplicaFailedRequest, opts ...grpc.CallOption) (*ReplicaFailedResponse, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Security (issue K, docs/security.md). CreateJoinToken makes a join
+	// token (admin). IssueCertificate is the one call served without a
+	// client certificate: a joining node proves a token's secret over a TLS
+	// connection whose server certificate it checked against the CA the
+	// token pins, and gets a certificate for its name and roles (once per
+	// name and token). RenewCertificate gives a member a new certificate
+	// for the name and roles of the one it connects with. RevokeNode refuses
+	// a node from then on at every port (admin).
+	CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*CreateJoinTokenResponse, error)
+	IssueCertificate(ctx context.Context, in *IssueCertificateRequest, opts ...grpc.CallOption) (*IssueCertificateResponse, error)
+	RenewCertificate(ctx context.Context, in *RenewCertificateRequest, opts ...grpc.CallOption) (*RenewCertificateResponse, error)
+	RevokeNode(ctx context.Context, in *RevokeNodeRequest, opts ...grpc.CallOption) (*RevokeNodeResponse, error)
 	// Lock service (issue B). A lock server registers (each time it starts:
 	// its groups get fresh epochs), then heartbeats with kind LOCK_SERVER.
 	RegisterLockServer(ctx context.Context, in *RegisterLockServerRequest, opts ...grpc.CallOption) (*RegisterLockServerResponse, error)
@@ -287,6 +303,46 @@ func (c *coordinatorClient) Status(ctx context.Context, in *StatusRequest, opts 
 	return out, nil
 }
 
+func (c *coordinatorClient) CreateJoinToken(ctx context.Context, in *CreateJoinTokenRequest, opts ...grpc.CallOption) (*CreateJoinTokenResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateJoinTokenResponse)
+	err := c.cc.Invoke(ctx, Coordinator_CreateJoinToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) IssueCertificate(ctx context.Context, in *IssueCertificateRequest, opts ...grpc.CallOption) (*IssueCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueCertificateResponse)
+	err := c.cc.Invoke(ctx, Coordinator_IssueCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RenewCertificate(ctx context.Context, in *RenewCertificateRequest, opts ...grpc.CallOption) (*RenewCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RenewCertificateResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RenewCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *coordinatorClient) RevokeNode(ctx context.Context, in *RevokeNodeRequest, opts ...grpc.CallOption) (*RevokeNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeNodeResponse)
+	err := c.cc.Invoke(ctx, Coordinator_RevokeNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *coordinatorClient) RegisterLockServer(ctx context.Context, in *RegisterLockServerRequest, opts ...grpc.CallOption) (*RegisterLockServerResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RegisterLockServerResponse)
@@ -373,6 +429,18 @@ type CoordinatorServer interface {
 	// can ever lead (sent by the PG primary).
 	ReplicaFailed(context.Context, *ReplicaFailedRequest) (*ReplicaFailedResponse, error)
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Security (issue K, docs/security.md). CreateJoinToken makes a join
+	// token (admin). IssueCertificate is the one call served without a
+	// client certificate: a joining node proves a token's secret over a TLS
+	// connection whose server certificate it checked against the CA the
+	// token pins, and gets a certificate for its name and roles (once per
+	// name and token). RenewCertificate gives a member a new certificate
+	// for the name and roles of the one it connects with. RevokeNode refuses
+	// a node from then on at every port (admin).
+	CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*CreateJoinTokenResponse, error)
+	IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error)
+	RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error)
+	RevokeNode(context.Context, *RevokeNodeRequest) (*RevokeNodeResponse, error)
 	// Lock service (issue B). A lock server registers (each time it starts:
 	// its groups get fresh epochs), then heartbeats with kind LOCK_SERVER.
 	RegisterLockServer(context.Context, *RegisterLockServerRequest) (*RegisterLockServerResponse, error)
@@ -445,6 +513,18 @@ func (UnimplementedCoordinatorServer) ReplicaFailed(context.Context, *ReplicaFai
 }
 func (UnimplementedCoordinatorServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedCoordinatorServer) CreateJoinToken(context.Context, *CreateJoinTokenRequest) (*CreateJoinTokenResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateJoinToken not implemented")
+}
+func (UnimplementedCoordinatorServer) IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueCertificate not implemented")
+}
+func (UnimplementedCoordinatorServer) RenewCertificate(context.Context, *RenewCertificateRequest) (*RenewCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RenewCertificate not implemented")
+}
+func (UnimplementedCoordinatorServer) RevokeNode(context.Context, *RevokeNodeRequest) (*RevokeNodeResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeNode not implemented")
 }
 func (UnimplementedCoordinatorServer) RegisterLockServer(context.Context, *RegisterLockServerRequest) (*RegisterLockServerResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RegisterLockServer not implemented")
@@ -785,6 +865,78 @@ func _Coordinator_Status_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Coordinator_CreateJoinToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateJoinTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).CreateJoinToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_CreateJoinToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).CreateJoinToken(ctx, req.(*CreateJoinTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_IssueCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).IssueCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_IssueCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).IssueCertificate(ctx, req.(*IssueCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RenewCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RenewCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RenewCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RenewCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RenewCertificate(ctx, req.(*RenewCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Coordinator_RevokeNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CoordinatorServer).RevokeNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Coordinator_RevokeNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CoordinatorServer).RevokeNode(ctx, req.(*RevokeNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Coordinator_RegisterLockServer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RegisterLockServerRequest)
 	if err := dec(in); err != nil {
@@ -931,6 +1083,22 @@ var Coordinator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Coordinator_Status_Handler,
+		},
+		{
+			MethodName: "CreateJoinToken",
+			Handler:    _Coordinator_CreateJoinToken_Handler,
+		},
+		{
+			MethodName: "IssueCertificate",
+			Handler:    _Coordinator_IssueCertificate_Handler,
+		},
+		{
+			MethodName: "RenewCertificate",
+			Handler:    _Coordinator_RenewCertificate_Handler,
+		},
+		{
+			MethodName: "RevokeNode",
+			Handler:    _Coordinator_RevokeNode_Handler,
 		},
 		{
 			MethodName: "RegisterLockServer",

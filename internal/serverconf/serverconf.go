@@ -22,6 +22,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/BurntSushi/toml"
@@ -29,6 +30,7 @@ import (
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/bytesize"
 	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // Config is one server's settings. The toml tag of each field is both its
@@ -47,7 +49,19 @@ type Config struct {
 	Capacity      string   `toml:"capacity"`       // brick capacity, e.g. "100GiB"; "" = free space of data
 	Class         string   `toml:"class"`          // brick storage class, e.g. "ssd"; "" = "default"
 	MetricsListen string   `toml:"metrics-listen"` // HOST:PORT for Prometheus /metrics; "" = none
-	LogLevel      string   `toml:"log-level"`      // debug, info, warn or error
+	// MetricsInsecure serves the HTTP port over TLS without requiring a
+	// client certificate.
+	MetricsInsecure bool   `toml:"metrics-insecure"`
+	Certs           string `toml:"certs"`    // certs directory (plumeria init); "" = $PLUMERIA_CERTS
+	Insecure        bool   `toml:"insecure"` // no TLS at all
+	// Token is a join token (plumeria token create): without a certs
+	// directory, the server gets its certificate from a coordinator with
+	// it, once, and keeps it in DATA/tls.
+	Token string `toml:"token"`
+	// CertLifetime is the lifetime of the certificates a coordinator
+	// issues to nodes that join or renew, e.g. "720h"; "" = a year.
+	CertLifetime string `toml:"cert-lifetime"`
+	LogLevel     string `toml:"log-level"` // debug, info, warn or error
 }
 
 // Domain is where a server sits; replicas of a placement group go to
@@ -223,6 +237,15 @@ func (c Config) Complete() error {
 	if !c.Coordinator && !c.Brick && !c.Lock {
 		return fmt.Errorf("%w: give at least one role: coordinator, brick and/or lock", ErrIncomplete)
 	}
+	if c.Certs == "" && !c.Insecure && c.Token == "" {
+		return fmt.Errorf("%w: no certificates: run `plumeria init --certs DIR` once and give --certs DIR (or PLUMERIA_CERTS=DIR, or key certs), or --insecure to run without TLS", ErrIncomplete)
+	}
+	if c.Token != "" && c.Insecure {
+		return fmt.Errorf("%w: both token and insecure are set: choose one", ErrIncomplete)
+	}
+	if c.Certs != "" && c.Insecure {
+		return fmt.Errorf("%w: both certs %q and insecure are set: choose one", ErrIncomplete, c.Certs)
+	}
 	return nil
 }
 
@@ -231,6 +254,13 @@ func (c Config) Complete() error {
 func (c Config) CapacityBytes() int64 {
 	n, _ := bytesize.ParseInt64(c.Capacity)
 	return n
+}
+
+// CertLifetimeDuration returns cert-lifetime (0: the default). Check has
+// accepted it already.
+func (c Config) CertLifetimeDuration() time.Duration {
+	d, _ := time.ParseDuration(c.CertLifetime)
+	return d
 }
 
 // SlogLevel returns the log level. Check has accepted it already.
@@ -249,8 +279,8 @@ func checkKey(c *Config, key string) error {
 		}
 	case "listen", "advertise", "metrics-listen":
 		err = checkAddr(field(c, key).String(), key == "listen" || key == "metrics-listen")
-	case "data":
-		if strings.ContainsRune(c.Data, 0) {
+	case "data", "certs":
+		if strings.ContainsRune(field(c, key).String(), 0) {
 			err = errors.New("contains a NUL byte")
 		}
 	case "join", "coord":
@@ -266,6 +296,17 @@ func checkKey(c *Config, key string) error {
 	case "class":
 		if c.Class != "" {
 			err = clustermap.ValidClass(c.Class)
+		}
+	case "token":
+		if c.Token != "" {
+			_, err = pki.ParseToken(c.Token)
+		}
+	case "cert-lifetime":
+		if c.CertLifetime != "" {
+			var d time.Duration
+			if d, err = time.ParseDuration(c.CertLifetime); err == nil && (d < time.Second || d > pki.LeafLifetime) {
+				err = fmt.Errorf("%v is outside 1s..%v", d, pki.LeafLifetime)
+			}
 		}
 	case "log-level":
 		var l slog.Level

@@ -21,6 +21,7 @@ brick = true
 join = ["10.0.0.2:7001", "h3:7001"]
 capacity = "100GiB"
 metrics-listen = ":9100"
+certs = "/etc/plumeria/certs"
 log-level = "debug"
 [domain]
 host = "h1"
@@ -32,7 +33,7 @@ rack = "r1"
 	}
 	want := Config{Name: "n1", Listen: "127.0.0.1:7001", Data: "/var/lib/plumeria", Coordinator: true, Brick: true,
 		Join: []string{"10.0.0.2:7001", "h3:7001"}, Domain: Domain{Host: "h1", Rack: "r1"}, Capacity: "100GiB",
-		MetricsListen: ":9100", LogLevel: "debug"}
+		MetricsListen: ":9100", Certs: "/etc/plumeria/certs", LogLevel: "debug"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("Decode = %+v\nwant     %+v", c, want)
 	}
@@ -58,6 +59,18 @@ func TestDecodeEmptyIsDefaults(t *testing.T) {
 	c.Name, c.Listen, c.Data = "a", ":1", "/d"
 	if err := c.Complete(); !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "role") {
 		t.Errorf("Complete(no role) = %v, want ErrIncomplete about roles", err)
+	}
+	c.Brick = true
+	if err := c.Complete(); !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "plumeria init") || !strings.Contains(err.Error(), "--insecure") {
+		t.Errorf("Complete(no certs) = %v, want ErrIncomplete telling to run plumeria init or pass --insecure", err)
+	}
+	c.Insecure = true
+	if err := c.Complete(); err != nil {
+		t.Errorf("Complete(insecure) = %v", err)
+	}
+	c.Certs = "/c"
+	if err := c.Complete(); !errors.Is(err, ErrIncomplete) {
+		t.Errorf("Complete(certs and insecure) = %v", err)
 	}
 }
 

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
 	"github.com/plumeria-fs/plumeria/lock"
 	"github.com/plumeria-fs/plumeria/lock/lockpb"
@@ -148,7 +149,9 @@ func (s *Server) Metrics() lock.Metrics { return s.stats.core() }
 // it stops the gRPC server (dropping every connection) and returns Run's
 // error. For processes and tests that run a lock server alone.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax), rpcbuf.ServerOption())
+	// Mutual TLS and the role table with the process's identity; nil:
+	// plaintext.
+	gs := grpc.NewServer(append(pki.ServerOptions(pki.Default()), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax), rpcbuf.ServerOption())...)
 	s.Register(gs)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()

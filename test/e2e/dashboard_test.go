@@ -51,6 +51,8 @@ func browser(t *testing.T, exe, logPath string) context.Context {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe),
 		chromedp.NoSandbox, // tests run as root
+		// The dashboard's certificate is from the run's own CA.
+		chromedp.Flag("ignore-certificate-errors", true),
 		chromedp.Headless,
 		chromedp.WindowSize(1400, 1000),
 		chromedp.UserDataDir(t.TempDir()),
@@ -117,7 +119,8 @@ func TestDashboard(t *testing.T) {
 	httpAddr := freeAddr(t)
 	p := c.newProc("c1")
 	p.coordinator = true
-	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--metrics-listen", httpAddr}
+	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--metrics-listen", httpAddr,
+		"--metrics-insecure"} // the browser has no client certificate: TLS without one
 	c.start(p)
 	c.waitStatus(30*time.Second, "c1 leads", func(st *coord.Status) (bool, string) {
 		return st.Leader == "c1", fmt.Sprintf("leader %q", st.Leader)
@@ -158,7 +161,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := browser(t, exe, filepath.Join(c.dir, "chromium.log"))
-	url := "http://" + httpAddr + "/"
+	url := "https://" + httpAddr + "/"
 	if err := chromedp.Do(b, chromedp.Navigate(url)); err != nil {
 		t.Fatalf("load %s: %v", url, err)
 	}

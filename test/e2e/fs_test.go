@@ -40,11 +40,17 @@ func newFSCluster(t *testing.T, brickArgs ...string) *cluster {
 // startFSCluster is newFSCluster with more arguments for plumeria format
 // (e.g. --file-versions).
 func startFSCluster(t *testing.T, formatArgs []string, brickArgs ...string) *cluster {
+	return startFSClusterCoord(t, nil, formatArgs, brickArgs...)
+}
+
+// startFSClusterCoord is startFSCluster with more arguments for the
+// coordinator's command line.
+func startFSClusterCoord(t *testing.T, coordArgs, formatArgs []string, brickArgs ...string) *cluster {
 	fsReady(t)
 	c := newCluster(t)
 	p := c.newProc("c1")
 	p.coordinator = true
-	p.args = []string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}
+	p.args = append([]string{"server", "--name", "c1", "--listen", p.addr, "--data", p.data, "--coordinator", "--lock"}, coordArgs...)
 	c.start(p)
 	for i := 1; i <= 3; i++ {
 		c.addBrick(fmt.Sprintf("b%d", i), fmt.Sprintf("h%d", i), brickArgs...)

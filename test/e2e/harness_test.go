@@ -12,6 +12,10 @@
 //	PLUMERIA_E2E_SEED=N    replay a run's random choices (printed by each test)
 //	PLUMERIA_E2E_RACE=1    build the servers with the race detector (slower)
 //	PLUMERIA_E2E_KEEP=1    keep the cluster directories of failed tests
+//
+// Every process runs with mutual TLS: TestMain makes one CA with
+// `plumeria init` and puts it in PLUMERIA_CERTS of every process it
+// starts; in-process clients use its admin certificate (pki.SetDefault).
 package e2e
 
 import (
@@ -39,6 +43,7 @@ import (
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/volume"
 )
 
@@ -90,9 +95,34 @@ func TestMain(m *testing.M) {
 	if testing.Verbose() {
 		fmt.Printf("e2e: built %s in %v\n", serverBin, time.Since(start).Round(time.Millisecond))
 	}
+	if err := setupTLS(filepath.Join(dir, "certs")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// certsDir is the certs directory of every cluster of the run (one CA:
+// `plumeria init` runs once), in PLUMERIA_CERTS of every process the
+// tests start; in-process clients use its admin certificate.
+var certsDir string
+
+// setupTLS makes the run's CA in dir and turns mutual TLS on for every
+// process and in-process client.
+func setupTLS(dir string) error {
+	if out, err := exec.Command(plumeriaBin, "init", "--certs", dir, "--cluster", "e2e").CombinedOutput(); err != nil {
+		return fmt.Errorf("plumeria init: %v\n%s", err, out)
+	}
+	id, err := pki.Load(pki.Source{CertsDir: dir, Admin: true}, time.Now())
+	if err != nil {
+		return err
+	}
+	pki.SetDefault(id)
+	certsDir = dir
+	return os.Setenv("PLUMERIA_CERTS", dir)
 }
 
 // seed returns the test's random seed, from PLUMERIA_E2E_SEED if set, and
@@ -168,6 +198,7 @@ type proc struct {
 	name, addr, data, logPath string
 	coordinator, brick        bool
 	args                      []string
+	env                       []string // added to the test's environment (e.g. PLUMERIA_CERTS= to run without the certs directory)
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -364,6 +395,9 @@ func (c *cluster) start(p *proc) {
 	p.starts++
 	fmt.Fprintf(f, "=== e2e: start #%d of %s at %s: plumeria %s\n", p.starts, p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
 	cmd := exec.Command(serverBin, p.args...)
+	if p.env != nil {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = procAttr()
 	if err := startCmd(cmd); err != nil {
