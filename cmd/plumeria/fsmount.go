@@ -115,12 +115,12 @@ func mountCmd() *cobra.Command {
 			}
 			id = h
 		}
-		cl, err := connect()
 		ident, err := memberIdentity("mount", tlsFlags.certs, tlsFlags.insecure, "", id, pki.RoleClient)
 		if err != nil {
 			return err
 		}
-		pki.SetDefault(ident)
+		pki.SetDefault(ident) // before the first connection
+		cl, err := connect()
 		if err != nil {
 			return err
 		}
