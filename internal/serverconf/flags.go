@@ -26,7 +26,7 @@ var usage = map[string]string{
 	"class":            "brick storage class, e.g. ssd or hdd; volumes created with --class use only bricks of theirs (default: default)",
 	"metrics-listen":   "HOST:PORT to serve Prometheus /metrics on (default: none)",
 	"metrics-insecure": "serve the metrics port over TLS without requiring a client certificate (for a scraper without one)",
-	"certs":            "certs directory made by `plumeria init` (default: $PLUMERIA_CERTS); with ca.key in it the server issues its own certificate into DATA/tls",
+	"certs":            "certs directory `DIR` made by plumeria init (default: $PLUMERIA_CERTS); with ca.key in it the server issues its own certificate into DATA/tls",
 	"insecure":         "run without TLS: plaintext, no authentication (tests and trusted networks only)",
 	"log-level":        "debug, info, warn or error",
 }
