@@ -106,7 +106,10 @@ COMPOSE ?= docker-compose
 PLUMERIA_NET ?= 172.31.77
 CLUSTER_VOLUME ?= default
 CLUSTER_COORD := $(PLUMERIA_NET).11:7001,$(PLUMERIA_NET).12:7001,$(PLUMERIA_NET).13:7001
-CLUSTER := PLUMERIA_IMAGE=$(IMAGE) PLUMERIA_NET=$(PLUMERIA_NET) $(COMPOSE) -f deploy/compose.yaml -p plumeria
+# The cluster's CA (plumeria init, made by cluster-up the first time); the
+# CLI commands below and your own use it: export PLUMERIA_CERTS=$(CERTS).
+CERTS ?= $(CURDIR)/deploy/certs
+CLUSTER := PLUMERIA_IMAGE=$(IMAGE) PLUMERIA_NET=$(PLUMERIA_NET) PLUMERIA_CERTS_DIR=$(CERTS) $(COMPOSE) -f deploy/compose.yaml -p plumeria
 
 # image: the static binary in a FROM scratch image (see Dockerfile).
 image: build
@@ -115,20 +118,21 @@ image: build
 # cluster-up starts (or keeps) the three containers, waits until their three
 # bricks are up, and creates and formats $(CLUSTER_VOLUME) unless it exists.
 cluster-up: image
+	@test -f $(CERTS)/ca.crt || $(BIN) init --certs $(CERTS) --cluster plumeria
 	$(CLUSTER) up -d
 	@echo "waiting for 3 bricks up at $(CLUSTER_COORD)"; \
 	for i in $$(seq 90); do \
-		up=$$($(BIN) status --coord $(CLUSTER_COORD) 2>/dev/null | awk '/^BRICK/{b=1;next} /^$$/{b=0} b && $$3=="up"{n++} END{print n+0}'); \
+		up=$$(PLUMERIA_CERTS=$(CERTS) $(BIN) status --coord $(CLUSTER_COORD) 2>/dev/null | awk '/^BRICK/{b=1;next} /^$$/{b=0} b && $$3=="up"{n++} END{print n+0}'); \
 		[ "$$up" = 3 ] && break; \
 		[ $$i = 90 ] && { echo "bricks up: $$up of 3 after 90 s; see $(COMPOSE) -p plumeria logs"; exit 1; }; \
 		sleep 1; \
 	done
-	@if $(BIN) status --coord $(CLUSTER_COORD) | awk '/^VOLUME/{v=1;next} v && $$1=="$(CLUSTER_VOLUME)"{f=1} END{exit !f}'; then \
+	@if PLUMERIA_CERTS=$(CERTS) $(BIN) status --coord $(CLUSTER_COORD) | awk '/^VOLUME/{v=1;next} v && $$1=="$(CLUSTER_VOLUME)"{f=1} END{exit !f}'; then \
 		echo "volume $(CLUSTER_VOLUME) exists"; \
 	else \
-		$(BIN) format --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) --replicas 3; \
+		PLUMERIA_CERTS=$(CERTS) $(BIN) format --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) --replicas 3; \
 	fi
-	@echo "mount it: mkdir -p /mnt/plumeria && $(BIN) mount --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) /mnt/plumeria"
+	@echo "mount it: export PLUMERIA_CERTS=$(CERTS); mkdir -p /mnt/plumeria && $(BIN) mount --coord $(CLUSTER_COORD) --volume $(CLUSTER_VOLUME) /mnt/plumeria"
 
 # cluster-down removes the containers and the network; the data volumes stay
 # unless VOLUMES=1.

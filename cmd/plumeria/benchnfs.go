@@ -27,6 +27,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/bench/fsbench"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // Bounds of `bench nfs`'s flags.
@@ -904,10 +905,10 @@ func scrapeFactor(ctx context.Context, addr, waits string, labels ...string) (fa
 	c := factorCounts{ok: true}
 	var found bool
 	if c.waits, found = metricSum(text, waits, labels...); !found && len(labels) == 0 {
-		return factorCounts{}, fmt.Errorf("http://%s/metrics has no %s: not an NFS gateway?", addr, waits)
+		return factorCounts{}, fmt.Errorf("%s/metrics has no %s: not an NFS gateway?", addr, waits)
 	}
 	if c.writes, found = metricSum(text, metricLogWrites); !found {
-		return factorCounts{}, fmt.Errorf("http://%s/metrics has no %s: no file system served there?", addr, metricLogWrites)
+		return factorCounts{}, fmt.Errorf("%s/metrics has no %s: no file system served there?", addr, metricLogWrites)
 	}
 	return c, nil
 }
@@ -915,17 +916,23 @@ func scrapeFactor(ctx context.Context, addr, waits string, labels ...string) (fa
 func fetchMetrics(ctx context.Context, addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, benchMetricsTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	scheme, client := "http", http.DefaultClient
+	if id := pki.Default(); id != nil {
+		// HTTPS with the admin certificate; the port is any member's.
+		scheme, client = "https", &http.Client{Transport: &http.Transport{TLSClientConfig: id.ClientConfigFor(pki.Roles...)}}
+	}
+	url := scheme + "://" + addr + "/metrics"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("read metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("read metrics from http://%s/metrics: %s", addr, resp.Status)
+		return "", fmt.Errorf("read metrics from %s: %s", url, resp.Status)
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	return string(b), err

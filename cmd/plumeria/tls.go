@@ -37,7 +37,7 @@ func selfIdentity(c *cobra.Command) *cobra.Command {
 func addTLSFlags(root *cobra.Command) {
 	pf := root.PersistentFlags()
 	pf.StringVar(&tlsFlags.certs, "certs", os.Getenv("PLUMERIA_CERTS"),
-		"certs directory made by `plumeria init` (default: $PLUMERIA_CERTS): mutual TLS with the cluster's CA")
+		"certs directory `DIR` made by plumeria init (default: $PLUMERIA_CERTS): mutual TLS with the cluster's CA")
 	pf.BoolVar(&tlsFlags.insecure, "insecure", false, "no TLS: plaintext, no authentication (a cluster run with --insecure)")
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
 		if cmd.Annotations[identityAnnotation] == "self" {

@@ -216,8 +216,17 @@ func TestLoadSource(t *testing.T) {
 	if err != nil || admin.Name() != "admin" || admin.Roles()[0] != RoleAdmin {
 		t.Errorf("admin: %v", err)
 	}
-	// Without ca.key nothing new can be issued.
+	// Without ca.key nothing new can be issued, but a stored certificate
+	// is used as it is.
+	s2 := Source{CertsDir: certs, StateDir: filepath.Join(t.TempDir(), "tls"), Name: "n3", Roles: []string{RoleLock}}
+	id5, err := Load(s2, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
 	os.Remove(filepath.Join(certs, CAKeyFile))
+	if id6, err := Load(s2, time.Now()); err != nil || !id6.Certificate().Equal(id5.Certificate()) {
+		t.Errorf("Load without ca.key of a stored certificate: %v", err)
+	}
 	if _, err := Load(Source{CertsDir: certs, Name: "n2", Roles: []string{RoleBrick}}, time.Now()); !errors.Is(err, ErrNoCertificate) {
 		t.Errorf("Load without ca.key = %v, want ErrNoCertificate", err)
 	}

@@ -34,7 +34,9 @@ var ErrNoCertificate = errors.New("pki: no certificate")
 // Load returns the identity of s. For a member it reuses StateDir's
 // certificate when it is from the same CA, for the same name and roles,
 // and not past two thirds of its life; otherwise it issues a new key and
-// certificate with CertsDir's ca.key and stores them in StateDir.
+// certificate with CertsDir's ca.key and stores them in StateDir. Without
+// ca.key, a valid certificate of the CA in StateDir (put there by the
+// operator) is used as it is.
 func Load(s Source, now time.Time) (*Identity, error) {
 	if s.CertsDir == "" {
 		return nil, fmt.Errorf("%w: no certs directory given (run `plumeria init --certs DIR`, then pass --certs DIR or set PLUMERIA_CERTS; or --insecure)", ErrNoCertificate)
@@ -58,6 +60,9 @@ func Load(s Source, now time.Time) (*Identity, error) {
 		id, err := LoadIdentity(s.StateDir)
 		switch {
 		case err == nil && reusable(id, ca, s, now):
+			return id, nil
+		case err == nil && !ca.CanIssue() && sameCA(id, ca):
+			// Put there by the operator, and nothing to renew it with.
 			return id, nil
 		case err != nil && !errors.Is(err, os.ErrNotExist):
 			if !ca.CanIssue() {
@@ -98,10 +103,14 @@ func Load(s Source, now time.Time) (*Identity, error) {
 	return id, nil
 }
 
+func sameCA(id *Identity, ca *CA) bool {
+	return bytes.Equal(bytes.TrimSpace(id.CACertPEM()), bytes.TrimSpace(ca.CertPEM))
+}
+
 // reusable reports whether a stored identity still fits s.
 func reusable(id *Identity, ca *CA, s Source, now time.Time) bool {
 	c := id.Certificate()
-	if c == nil || !bytes.Equal(bytes.TrimSpace(id.CACertPEM()), bytes.TrimSpace(ca.CertPEM)) {
+	if c == nil || !sameCA(id, ca) {
 		return false
 	}
 	if c.Subject.CommonName != s.Name || !slices.Equal(SortRoles(c.Subject.OrganizationalUnit), SortRoles(s.Roles)) {

@@ -26,7 +26,7 @@ var usage = map[string]string{
 	"class":            "brick storage class, e.g. ssd or hdd; volumes created with --class use only bricks of theirs (default: default)",
 	"metrics-listen":   "HOST:PORT to serve Prometheus /metrics on (default: none)",
 	"metrics-insecure": "serve the metrics port over TLS without requiring a client certificate (for a scraper without one)",
-	"certs":            "certs directory made by `plumeria init` (default: $PLUMERIA_CERTS); with ca.key in it the server issues its own certificate into DATA/tls",
+	"certs":            "certs directory `DIR` made by plumeria init (default: $PLUMERIA_CERTS); with ca.key in it the server issues its own certificate into DATA/tls",
 	"insecure":         "run without TLS: plaintext, no authentication (tests and trusted networks only)",
 	"token":            "join token (plumeria token create): without a certs directory, get this server's certificate from a coordinator with it (once; kept in DATA/tls)",
 	"cert-lifetime":    "coordinator: lifetime of the certificates it issues to nodes that join with a token or renew, e.g. 720h (default: a year); members renew at two thirds of it",

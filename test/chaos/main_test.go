@@ -122,7 +122,16 @@ func plumeriaBin(t *testing.T) string {
 		out, err := exec.Command("go", "build", "-o", bin.path, "github.com/plumeria-fs/plumeria/cmd/plumeria").CombinedOutput()
 		if err != nil {
 			bin.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
 		}
+		// Mutual TLS for every process of every run: one CA, in
+		// PLUMERIA_CERTS of the processes the worlds start.
+		certs := filepath.Join(bin.dir, "certs")
+		if out, err := exec.Command(bin.path, "init", "--certs", certs, "--cluster", "chaos").CombinedOutput(); err != nil {
+			bin.err = fmt.Errorf("plumeria init: %v\n%s", err, out)
+			return
+		}
+		bin.err = os.Setenv("PLUMERIA_CERTS", certs)
 	})
 	if bin.err != nil {
 		t.Fatal(bin.err)

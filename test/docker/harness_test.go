@@ -55,6 +55,7 @@ type cluster struct {
 	root    string   // repository root
 	bin     string   // static plumeria built for this run
 	compose []string // docker-compose, or docker compose
+	certs   string   // the certs directory of plumeria init
 	project string
 	image   string
 	net     string // first three octets of the /24
@@ -120,6 +121,14 @@ func newCluster(t *testing.T) *cluster {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	c.logf("built %s in %v", c.bin, time.Since(start).Round(time.Millisecond))
+
+	// Mutual TLS: the cluster's CA, bound into every container at /certs
+	// (compose.yaml), and PLUMERIA_CERTS for the CLI and mounts here.
+	c.certs = filepath.Join(t.TempDir(), "certs")
+	if out, err := exec.Command(c.bin, "init", "--certs", c.certs, "--cluster", "docker").CombinedOutput(); err != nil {
+		t.Fatalf("plumeria init: %v\n%s", err, out)
+	}
+	t.Setenv("PLUMERIA_CERTS", c.certs)
 
 	start = time.Now()
 	args := []string{"build", "-f", filepath.Join(root, "Dockerfile"), "-t", c.image, buildCtx}
@@ -232,7 +241,7 @@ func (c *cluster) down() {
 
 func (c *cluster) composeRun(args ...string) (string, error) {
 	full := slices.Concat(c.compose[1:], []string{"-f", filepath.Join(c.root, "deploy", "compose.yaml"), "-p", c.project}, args)
-	return output(dockerTimeout, []string{"PLUMERIA_IMAGE=" + c.image, "PLUMERIA_NET=" + c.net}, c.compose[0], full...)
+	return output(dockerTimeout, []string{"PLUMERIA_IMAGE=" + c.image, "PLUMERIA_NET=" + c.net, "PLUMERIA_CERTS_DIR=" + c.certs}, c.compose[0], full...)
 }
 
 // docker runs a docker command and fails the test unless it succeeds.
