@@ -32,6 +32,10 @@ var (
 	fenceOps    = []string{RoleClient, RoleAdmin, RoleLock, RoleCoordinator}
 	dataPath    = []string{RoleClient, RoleAdmin, RoleCoordinator}
 	brickPeers  = []string{RoleBrick}
+	// Read-only views of what a brick holds: bricks, and the operator's
+	// `vdisk verify` (inventories, compared across replicas; the chaos
+	// harness's replica check) and shard inspection.
+	brickViews = []string{RoleBrick, RoleAdmin}
 )
 
 // methodRoles maps each full gRPC method name to the roles allowed to
@@ -103,15 +107,16 @@ var methodRoles = map[string][]string{
 	"/plumeria.v1.Brick/Layout":        dataPath,
 
 	// Brick to brick: replication, backfill, read repair, erasure-coded
-	// shards and their garbage collection. Bricks only.
+	// shards and their garbage collection. Bricks only, except the
+	// read-only views (brickViews).
 	"/plumeria.v1.Brick/Replicate":      brickPeers,
-	"/plumeria.v1.Brick/Inventory":      brickPeers,
+	"/plumeria.v1.Brick/Inventory":      brickViews,
 	"/plumeria.v1.Brick/Backfill":       brickPeers,
-	"/plumeria.v1.Brick/FetchBlock":     brickPeers,
+	"/plumeria.v1.Brick/FetchBlock":     brickViews,
 	"/plumeria.v1.Brick/ShardPut":       brickPeers,
-	"/plumeria.v1.Brick/ShardRead":      brickPeers,
+	"/plumeria.v1.Brick/ShardRead":      brickViews,
 	"/plumeria.v1.Brick/ShardDelete":    brickPeers,
-	"/plumeria.v1.Brick/ShardInventory": brickPeers,
+	"/plumeria.v1.Brick/ShardInventory": brickViews,
 	"/plumeria.v1.Brick/StripeRefs":     brickPeers,
 
 	// The lock service: a clerk's session (fs nodes, the CLI's snapshot
