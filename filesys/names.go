@@ -285,6 +285,10 @@ type newInode struct {
 // makeNode creates name in parent (Create, Mkdir, Mknod, Symlink). With
 // excl false an existing name is returned instead (Create without O_EXCL).
 func (fs *FS) makeNode(ctx context.Context, parent uint64, name string, n newInode, excl bool) (Attr, error) {
+	return withQuota(ctx, fs, func() (Attr, error) { return fs.makeNodeOnce(ctx, parent, name, n, excl) })
+}
+
+func (fs *FS) makeNodeOnce(ctx context.Context, parent uint64, name string, n newInode, excl bool) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}
@@ -330,9 +334,10 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	}
 	now := fs.now()
 	isNewDir := n.mode&typeMask == typeDir
+	realm := innerRealm(parent, pin)
 	ino, in, err := fs.allocInode(t, h, g, func(ino uint64, _ *layout.Inode) *layout.Inode {
 		in := &layout.Inode{Mode: n.mode, Nlink: 1, Uid: n.c.Uid, Gid: n.c.Gid, Rdev: n.rdev,
-			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline}
+			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Realm: realm}
 		if pin.Mode&syscall.S_ISGID != 0 {
 			in.Gid = pin.Gid
 			if isNewDir {
@@ -349,6 +354,9 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 		return in
 	})
 	if err != nil {
+		return Attr{}, 0, err
+	}
+	if err := fs.charge(h, t, realm, chargedBytes(in), 1); err != nil {
 		return Attr{}, 0, err
 	}
 	if len(n.extent) > 0 {

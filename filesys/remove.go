@@ -92,6 +92,9 @@ func (fs *FS) removeLocked(ctx context.Context, h *held, parent uint64, name str
 	pin.Mtime, pin.Ctime = now, now
 	cin.Ctime = now
 	o.mark(parent)
+	if err := fs.unchargeLast(h, t, cin); err != nil {
+		return false, 0, false, err
+	}
 	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(ctx, h, t, ino, cin.Gen)) {
 		o.mark(ino)
 	} else {
@@ -231,6 +234,8 @@ func (fs *FS) Link(ctx context.Context, ino, parent uint64, name string) (Attr, 
 		return Attr{}, fmt.Errorf("%w: inode %d has %d links", ErrTooManyLinks, ino, in.Nlink)
 	case in.Nlink == 0:
 		return Attr{}, fmt.Errorf("%w: inode %d was unlinked", ErrNotFound, ino)
+	case in.Realm != innerRealm(parent, pin):
+		return Attr{}, fmt.Errorf("%w: a link from quota realm %d into realm %d", ErrCrossDevice, in.Realm, innerRealm(parent, pin))
 	}
 	if err := d.Insert(dirBlocks{t, parent}, dir.Entry{Name: name, Ino: ino, Type: uint8(in.Mode >> 12)}); err != nil {
 		return Attr{}, dirError(err, name)

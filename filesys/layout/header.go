@@ -7,8 +7,8 @@ import (
 
 // Every metadata block starts with this header, little-endian:
 //
-//	 0            4      5        6        8            16         24         32        64
-//	| magic "PLMB" | kind | format | unused | version u64 | owner u64 | index u64 | zero... |
+//	 0            4      5        6        8            16         24         32         40        64
+//	| magic "PLMB" | kind | format | unused | version u64 | owner u64 | index u64 | realm u64 | zero... |
 //
 // version counts the changes made to the block: the redo log records the
 // version each change produces, and replay applies a change only to a
@@ -23,7 +23,8 @@ const (
 
 	magic = 0x424d4c50 // "PLMB"
 
-	versionOff = 8 // where the version lives: the redo log sets it on replay
+	versionOff = 8  // where the version lives: the redo log sets it on replay
+	realmOff   = 32 // an inode's quota realm (format 3)
 )
 
 // Kind says what a metadata block holds.
@@ -38,6 +39,7 @@ const (
 	KindDir                 // a block of a directory's hash table
 	KindOrphan              // a block of a log slot's orphan table
 	KindNameLog             // a block of a directory's name log (format 2)
+	KindQuota               // a quota realm's head or ledger block (format 3)
 	kindEnd
 )
 
@@ -59,6 +61,8 @@ func (k Kind) String() string {
 		return "orphan"
 	case KindNameLog:
 		return "namelog"
+	case KindQuota:
+		return "quota"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

@@ -45,7 +45,11 @@ import (
 // written yet: the version is the inode itself (FlagModified is clear),
 // closed at closed (unix ns) by node (its first 12 bytes); the record is
 // written before the file next changes or is freed (filesys/versions.go).
-// Part of format version 2: never edit; add a version instead.
+// Format version 3 adds FlagQuota (a directory that roots a quota realm)
+// and the realm field in the inode's header (header.go): the number of
+// the quota realm root the inode is counted in, 0 for none. A quota
+// root's own realm is the one around it (0: nested quotas are refused).
+// Part of format version 3: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
 	InlineBytes      = PayloadBytes - inodeFieldsBytes // 3904
@@ -53,6 +57,7 @@ const (
 	FlagInline   = 1 << 0 // a regular file's data is in the inline area
 	FlagModified = 1 << 1 // changed since its newest version (format 2)
 	FlagPending  = 1 << 2 // version fver's record is this inode (format 2)
+	FlagQuota    = 1 << 3 // a directory that is a quota realm's root (format 3)
 
 	NodeBytes = 12 // of a node's name kept in the inode
 
@@ -66,6 +71,7 @@ type Inode struct {
 	FVer                               uint32 // newest file version (format 2)
 	NLog                               uint64 // name log bytes (format 2)
 	Closed                             int64  // FlagPending: when version FVer was made (unix ns)
+	Realm                              uint64 // quota realm root (format 3; 0: none)
 	Node                               string // FlagPending: who made it (at most NodeBytes)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
@@ -109,8 +115,9 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	}
 	clear(b)
 	PutHeader(b, Header{Kind: KindInode, Version: version, Owner: ino})
-	p := b[HeaderBytes:]
 	le := binary.LittleEndian
+	le.PutUint64(b[realmOff:], in.Realm)
+	p := b[HeaderBytes:]
 	le.PutUint32(p[0:], in.Mode)
 	le.PutUint32(p[4:], in.Nlink)
 	le.PutUint32(p[8:], in.Uid)
@@ -176,11 +183,11 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
 		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
 		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]), NLog: le.Uint64(p[100:]), Closed: int64(le.Uint64(p[108:])),
-		Node:  strings.TrimRight(string(p[116:128]), "\x00"),
+		Node: strings.TrimRight(string(p[116:128]), "\x00"), Realm: le.Uint64(b[realmOff:]),
 		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
 	}
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
-	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes {
+	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes || in.Realm >= InodesMax {
 		return nil, 0, fmt.Errorf("%w: inode %d sizes (inline %d, xattrs %d, size %d)", ErrCorrupt, ino, nIn, nX, in.Size)
 	}
 	q := p[inodeFieldsBytes:]

@@ -1,0 +1,331 @@
+package filesys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plumeria-fs/plumeria/filesys/fstest"
+)
+
+func u64(n uint64) *uint64 { return &n }
+
+// recount walks directory root and sums what its quota counts.
+func recount(t *testing.T, fs *FS, root uint64) (bytes, inodes int64) {
+	t.Helper()
+	ctx := context.Background()
+	err := fs.quotaWalk(ctx, root, func(_ uint64, _ string, ino uint64) error {
+		a, err := fs.Getattr(ctx, ino)
+		if err != nil {
+			return err
+		}
+		inodes++
+		if a.Mode&typeMask == typeReg || a.Mode&typeMask == typeLnk {
+			bytes += int64(a.Size)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes, inodes
+}
+
+func checkUsage(t *testing.T, fs *FS, root uint64) QuotaInfo {
+	t.Helper()
+	info, err := fs.QuotaInfo(context.Background(), root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, n := recount(t, fs, root)
+	if info.UsedBytes != b || info.UsedInodes != n {
+		t.Fatalf("quota usage %d bytes %d inodes, recount %d bytes %d inodes", info.UsedBytes, info.UsedInodes, b, n)
+	}
+	return info
+}
+
+// fill writes chunk-byte pieces to file ino until a write fails; it
+// returns the bytes written and the error.
+func fill(fs *FS, ino uint64, chunk int) (uint64, error) {
+	p := make([]byte, chunk)
+	var off uint64
+	for {
+		n, err := fs.Write(context.Background(), ino, 0, p, off, false)
+		off += uint64(n)
+		if err != nil || off > 1<<28 {
+			return off, err // 256 MiB: far past every limit here
+		}
+	}
+}
+
+func TestQuotaSolo(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	c := Caller{}
+	d, _ := fs.Mkdir(ctx, RootIno, "d", 0o755, c)
+	out, _ := fs.Mkdir(ctx, RootIno, "out", 0o755, c)
+	const limit = 1 << 20
+	if err := fs.SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(limit), Inodes: u64(4)}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create(ctx, d.Ino, "f", 0o644, c, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := fill(fs, f.Ino, 100_000)
+	if !errors.Is(err, ErrQuota) || n > limit || n < limit-100_000 {
+		t.Fatalf("filled %d bytes of %d, then %v", n, limit, err)
+	}
+	// A write that fits exactly is accepted.
+	if _, err := fs.Write(ctx, f.Ino, 0, make([]byte, limit-n), n, false); err != nil {
+		t.Fatalf("the last %d bytes: %v", limit-n, err)
+	}
+	if _, err := fs.Write(ctx, f.Ino, 0, []byte{1}, limit, false); !errors.Is(err, ErrQuota) {
+		t.Fatalf("one byte past the limit: %v", err)
+	}
+	if _, err := fs.Setattr(ctx, f.Ino, SetAttr{Size: u64(limit + 1)}); !errors.Is(err, ErrQuota) {
+		t.Fatalf("truncate past the limit: %v", err)
+	}
+	checkUsage(t, fs, d.Ino)
+	// Inodes: f, sub, and two more; the fifth is refused.
+	sub, err := fs.Mkdir(ctx, d.Ino, "sub", 0o755, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Symlink(ctx, sub.Ino, "l", "target", c); !errors.Is(err, ErrQuota) {
+		t.Fatalf("a symlink's bytes count: %v", err)
+	}
+	if _, err := fs.Create(ctx, sub.Ino, "g", 0o644, c, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Mknod(ctx, sub.Ino, "h", 0o644, 0, c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Create(ctx, sub.Ino, "i", 0o644, c, true); !errors.Is(err, ErrQuota) {
+		t.Fatalf("fifth inode: %v", err)
+	}
+	info := checkUsage(t, fs, d.Ino)
+	if info.UsedInodes != 4 || info.UsedBytes != limit {
+		t.Fatalf("usage %+v", info)
+	}
+	// Deleting frees at once.
+	if err := fs.Unlink(ctx, sub.Ino, "h"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Setattr(ctx, f.Ino, SetAttr{Size: u64(limit / 2)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Symlink(ctx, sub.Ino, "l", "target", c); err != nil {
+		t.Fatalf("after freeing: %v", err)
+	}
+	checkUsage(t, fs, d.Ino)
+	// Between realms: EXDEV; a link too.
+	if err := fs.Rename(ctx, d.Ino, "f", out.Ino, "f", 0); !errors.Is(err, ErrCrossDevice) {
+		t.Fatalf("rename out of the realm: %v", err)
+	}
+	if _, err := fs.Link(ctx, f.Ino, out.Ino, "f"); !errors.Is(err, ErrCrossDevice) {
+		t.Fatalf("link out of the realm: %v", err)
+	}
+	if err := fs.Rename(ctx, d.Ino, "f", sub.Ino, "f2", 0); err != nil {
+		t.Fatalf("rename inside the realm: %v", err)
+	}
+	// Raising the limit lets writes go on; removing it too.
+	if err := fs.SetQuota(ctx, d.Ino, QuotaLimits{Inodes: u64(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Create(ctx, sub.Ino, "many", 0o644, c, true); err != nil {
+		t.Fatalf("no inode limit: %v", err)
+	}
+	checkUsage(t, fs, d.Ino)
+	if v, err := fs.Getxattr(ctx, d.Ino, QuotaXattr); err != nil || string(v) != fmt.Sprintf("bytes=%d inodes=none", limit) {
+		t.Fatalf("%s = %q, %v", QuotaXattr, v, err)
+	}
+}
+
+func TestQuotaNonsense(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	c := Caller{}
+	d, _ := fs.Mkdir(ctx, RootIno, "d", 0o755, c)
+	inner, _ := fs.Mkdir(ctx, d.Ino, "inner", 0o755, c)
+	f, _ := fs.Create(ctx, RootIno, "f", 0o644, c, true)
+	for _, s := range []string{"", "bytes", "bytes=-1", "bytes=1x", "files=3", "bytes=1 bytes=2", "inodes=99999999999999999999"} {
+		if _, err := ParseQuota(s); !errors.Is(err, ErrInvalid) {
+			t.Errorf("ParseQuota(%q): %v", s, err)
+		}
+	}
+	if err := fs.Setxattr(ctx, f.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrNotDir) {
+		t.Errorf("quota on a file: %v", err)
+	}
+	if err := fs.Setxattr(ctx, inner.Ino, QuotaXattr, []byte("bytes=10"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Setxattr(ctx, d.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a quota above a quota: %v", err)
+	}
+	sub, _ := fs.Mkdir(ctx, inner.Ino, "sub", 0o755, c)
+	if err := fs.Setxattr(ctx, sub.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a quota below a quota: %v", err)
+	}
+	if err := fs.Setxattr(ctx, inner.Ino, RbytesXattr, []byte("0"), 0); !errors.Is(err, ErrNotPermitted) {
+		t.Errorf("setting rbytes: %v", err)
+	}
+	if _, err := fs.Getxattr(ctx, d.Ino, RbytesXattr); !errors.Is(err, ErrNoAttr) {
+		t.Errorf("rbytes of a directory without quota: %v", err)
+	}
+	if v, err := fs.Getxattr(ctx, inner.Ino, RfilesXattr); err != nil || string(v) != "1" {
+		t.Errorf("rfiles = %q, %v", v, err)
+	}
+}
+
+// TestQuotaExistingTree: a quota set on a full directory counts it.
+func TestQuotaExistingTree(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	c := Caller{}
+	d, _ := fs.Mkdir(ctx, RootIno, "d", 0o755, c)
+	for i := 0; i < 5; i++ {
+		s, _ := fs.Mkdir(ctx, d.Ino, fmt.Sprintf("s%d", i), 0o755, c)
+		for j := 0; j < 7; j++ {
+			f, _ := fs.Create(ctx, s.Ino, fmt.Sprintf("f%d", j), 0o644, c, true)
+			fs.Write(ctx, f.Ino, 0, make([]byte, 1000*(i+j)), 0, false)
+		}
+		fs.Symlink(ctx, s.Ino, "l", "some target", c)
+	}
+	if err := fs.SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(100)}); err != nil {
+		t.Fatal(err)
+	}
+	info := checkUsage(t, fs, d.Ino)
+	if info.UsedInodes != 5*9 {
+		t.Fatalf("%d inodes counted", info.UsedInodes)
+	}
+	// Above its limit already: nothing grows, shrinking is fine.
+	f, _ := fs.Lookup(ctx, d.Ino, "s1")
+	g, _ := fs.Lookup(ctx, f.Ino, "f1")
+	if _, err := fs.Write(ctx, g.Ino, 0, []byte("x"), g.Size, false); !errors.Is(err, ErrQuota) {
+		t.Fatalf("growth over the limit: %v", err)
+	}
+	if err := fs.Unlink(ctx, f.Ino, "f1"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, fs, d.Ino)
+}
+
+// TestQuotaCrash: after a crash and replay of the log, the usage equals
+// a recount, whatever part of the changes the log kept.
+func TestQuotaCrash(t *testing.T) {
+	ctx := context.Background()
+	dev := formatted(t)
+	a, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "a", Session: 1, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := Caller{}
+	d, _ := a.Mkdir(ctx, RootIno, "d", 0o755, c)
+	if err := a.SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(1 << 30)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		f, err := a.Create(ctx, d.Ino, fmt.Sprintf("f%d", i), 0o644, c, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Write(ctx, f.Ino, 0, make([]byte, 5000*i), 0, false); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			a.Unlink(ctx, d.Ino, fmt.Sprintf("f%d", i-1))
+		}
+		if i == 12 {
+			a.Sync(ctx) // what follows may be lost, or not
+		}
+	}
+	before, _ := a.QuotaInfo(ctx, d.Ino)
+	b := crashAndRecover(t, a, dev)
+	defer b.Close(ctx)
+	after := checkUsage(t, b, d.Ino)
+	if after.UsedInodes < 10 || after.UsedInodes > before.UsedInodes {
+		t.Fatalf("after recovery %d inodes, %d before the crash", after.UsedInodes, before.UsedInodes)
+	}
+	// The dead node's allowance comes back: b can fill the realm.
+	f, _ := b.Create(ctx, d.Ino, "big", 0o644, c, true)
+	if _, err := b.Setattr(ctx, f.Ino, SetAttr{Size: u64(uint64(1<<30 - after.UsedBytes))}); err != nil {
+		t.Fatalf("the rest of the limit after recovery: %v", err)
+	}
+	checkUsage(t, b, d.Ino)
+}
+
+// TestQuotaTwoNodes: two nodes fill one realm at once: together they
+// never pass the limit, both get ErrQuota, a delete on one lets the other
+// write again, and a crash of one leaves the usage exact.
+func TestQuotaTwoNodes(t *testing.T) {
+	ctx := context.Background()
+	dev := formatted(t)
+	hub := newLockHub()
+	a := hub.open(t, dev, "a", 1)
+	b := hub.open(t, dev, "b", 2)
+	defer b.Close(ctx)
+	c := Caller{}
+	d, _ := a.Mkdir(ctx, RootIno, "d", 0o755, c)
+	const limit = 8 << 20
+	if err := a.SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(limit)}); err != nil {
+		t.Fatal(err)
+	}
+	fa, _ := a.Create(ctx, d.Ino, "fa", 0o644, c, true)
+	fb, _ := b.Create(ctx, d.Ino, "fb", 0o644, c, true)
+	var wg sync.WaitGroup
+	var na, nb uint64
+	var ea, eb error
+	wg.Add(2)
+	go func() { defer wg.Done(); na, ea = fill(a, fa.Ino, 64<<10) }()
+	go func() { defer wg.Done(); nb, eb = fill(b, fb.Ino, 64<<10) }()
+	wg.Wait()
+	if !errors.Is(ea, ErrQuota) || !errors.Is(eb, ErrQuota) {
+		t.Fatalf("writers stopped with %v and %v", ea, eb)
+	}
+	if na+nb > limit || na+nb <= limit-2*(64<<10) || na == 0 || nb == 0 {
+		t.Fatalf("wrote %d + %d bytes under a limit of %d", na, nb, limit)
+	}
+	info := checkUsage(t, b, d.Ino)
+	if info.UsedBytes != int64(na+nb) {
+		t.Fatalf("usage %d, written %d", info.UsedBytes, na+nb)
+	}
+	// A's delete frees the bytes for b at once.
+	if err := a.Unlink(ctx, d.Ino, "fa"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Write(ctx, fb.Ino, 0, make([]byte, na), nb, false); err != nil {
+		t.Fatalf("b writing what a freed: %v", err)
+	}
+	// a writes, crashes; b replays its log.
+	g, _ := a.Create(ctx, d.Ino, "g", 0o644, c, true)
+	if err := b.Unlink(ctx, d.Ino, "fb"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Write(ctx, g.Ino, 0, make([]byte, 3<<20), 0, false); err != nil {
+		t.Fatal(err)
+	}
+	a.Sync(ctx)
+	a.Write(ctx, g.Ino, 0, make([]byte, 1<<20), 3<<20, false) // lost or kept
+	hub.crash("a")
+	if err := b.Recover(ctx, "v", "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	hub.drop("a")
+	info = checkUsage(t, b, d.Ino)
+	// The rest of the limit, a's unused allowance included, is b's.
+	h, _ := b.Create(ctx, d.Ino, "h", 0o644, c, true)
+	if _, err := b.Setattr(ctx, h.Ino, SetAttr{Size: u64(uint64(limit - info.UsedBytes))}); err != nil {
+		t.Fatalf("the rest after a's crash: %v", err)
+	}
+	if _, err := b.Write(ctx, h.Ino, 0, []byte{1}, uint64(limit-info.UsedBytes), false); !errors.Is(err, ErrQuota) {
+		t.Fatalf("a byte past the limit: %v", err)
+	}
+	checkUsage(t, b, d.Ino)
+}
