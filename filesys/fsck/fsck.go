@@ -128,7 +128,10 @@ type info struct {
 	hwm      uint64
 	fver     uint32
 	nlog     uint64
-	rewrite  bool // header index wrong: re-encode if kept
+	realm    uint64 // the quota realm it is counted in (0: none)
+	charged  int64  // the bytes it counts in its realm
+	quota    bool   // a directory that roots a quota realm
+	rewrite  bool   // header index wrong: re-encode if kept
 	rewriteP int  // the problem that reports it
 
 	reached  bool
@@ -220,6 +223,9 @@ func (c *checker) run() (rerr error) {
 		return err
 	}
 	if err := c.settle(); err != nil {
+		return err
+	}
+	if err := c.checkQuotas(); err != nil {
 		return err
 	}
 	if err := c.writeGroups(); err != nil {
@@ -587,7 +593,11 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 	if err != nil {
 		return &info{bad: err.Error()}, nil
 	}
-	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog}
+	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog,
+		realm: in.Realm, quota: in.Flags&layout.FlagQuota != 0}
+	if t := in.Mode & typeMask; t == typeReg || t == typeLnk {
+		x.charged = int64(in.Size)
+	}
 	var probs []string
 	bad := func(format string, args ...any) {
 		probs = append(probs, fmt.Sprintf("inode %d: ", ino)+fmt.Sprintf(format, args...))
