@@ -132,7 +132,7 @@ type info struct {
 	charged  int64  // the bytes it counts in its realm
 	quota    bool   // a directory that roots a quota realm
 	rewrite  bool   // header index wrong: re-encode if kept
-	rewriteP int  // the problem that reports it
+	rewriteP int    // the problem that reports it
 
 	reached  bool
 	links    uint32 // entries of reached directories naming it (non-directories)
