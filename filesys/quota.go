@@ -146,6 +146,15 @@ func (fs *FS) chargeLedger(h *held, t *tx, realm uint64, bytes, inodes int64, fo
 	return nil
 }
 
+// quotaShortOf reports whether err asks for more allowance.
+func quotaShortOf(err error) bool {
+	if err == nil {
+		return false // no allocation on the way of a write that succeeded
+	}
+	var short *quotaShort
+	return errors.As(err, &short)
+}
+
 // withQuota runs op, and while it fails for lack of allowance grows this
 // node's allowance and runs it again. ErrQuota once the realm has none.
 func withQuota[T any](ctx context.Context, fs *FS, op func() (T, error)) (T, error) {
