@@ -329,3 +329,41 @@ func TestQuotaTwoNodes(t *testing.T) {
 	}
 	checkUsage(t, b, d.Ino)
 }
+
+// TestQuotaCountResumes: a first count interrupted part way (the node
+// stopped) leaves the usage partial and says so; setting the quota again
+// finishes it.
+func TestQuotaCountResumes(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	c := Caller{}
+	d, _ := fs.Mkdir(ctx, RootIno, "d", 0o755, c)
+	for i := 0; i < 3; i++ {
+		s, _ := fs.Mkdir(ctx, d.Ino, fmt.Sprintf("s%d", i), 0o755, c)
+		for j := 0; j < 4; j++ {
+			f, _ := fs.Create(ctx, s.Ino, fmt.Sprintf("f%d", j), 0o644, c, true)
+			fs.Write(ctx, f.Ino, 0, make([]byte, 777*(j+1)), 0, false)
+		}
+	}
+	// The set, interrupted after the head and one entry.
+	if counting, err := fs.setQuotaHead(ctx, d.Ino, QuotaLimits{Bytes: u64(1 << 20)}); err != nil || !counting {
+		t.Fatalf("first set: counting %v, %v", counting, err)
+	}
+	if err := fs.tagEntry(ctx, d.Ino, d.Ino, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := fs.QuotaInfo(ctx, d.Ino)
+	if !info.Counting || info.UsedInodes != 1 {
+		t.Fatalf("interrupted: %+v", info)
+	}
+	// New files in the counted part are charged; in the rest, not yet.
+	s1, _ := fs.Lookup(ctx, d.Ino, "s1")
+	fs.Create(ctx, s1.Ino, "new", 0o644, c, true)
+	if err := fs.SetQuota(ctx, d.Ino, QuotaLimits{}); err != nil {
+		t.Fatal(err)
+	}
+	if info = checkUsage(t, fs, d.Ino); info.Counting || info.UsedInodes != 3+3*4+1 {
+		t.Fatalf("resumed: %+v", info)
+	}
+}

@@ -22,6 +22,10 @@ type QuotaInfo struct {
 	UsedBytes   int64        `json:"used_bytes"`   // logical size of the regular files and symlinks below
 	UsedInodes  int64        `json:"used_inodes"`  // files, directories, symlinks and nodes below
 	Shares      []QuotaShare `json:"shares"`       // per log slot that ever charged the realm
+	// Counting: the first count of what was below the directory is not
+	// finished (usage is partial); set the quota again to resume it if
+	// its set was interrupted.
+	Counting bool `json:"counting,omitempty"`
 }
 
 // QuotaShare is one log slot's part of a realm: what its nodes charged
@@ -107,6 +111,8 @@ func (fs *FS) SetQuota(ctx context.Context, ino uint64, q QuotaLimits) error {
 	}
 	first := in.Flags&layout.FlagQuota == 0
 	if first {
+		// Refuse before anything changes (a quota set below meanwhile
+		// is refused by the walk).
 		if err := fs.quotaWalk(ctx, ino, func(_ uint64, name string, e uint64) error {
 			x, err := fs.readInode(ctx, e)
 			if err == nil && x.Flags&layout.FlagQuota != 0 {
@@ -120,15 +126,37 @@ func (fs *FS) SetQuota(ctx context.Context, ino uint64, q QuotaLimits) error {
 			return err
 		}
 	}
-	if err := fs.setQuotaHead(ctx, ino, q); err != nil {
+	counting, err := fs.setQuotaHead(ctx, ino, q)
+	if err != nil || !counting {
 		return err
 	}
-	if !first {
-		return nil
-	}
-	return fs.quotaWalk(ctx, ino, func(d uint64, name string, _ uint64) error {
+	if err := fs.quotaWalk(ctx, ino, func(d uint64, name string, _ uint64) error {
 		return fs.tagEntry(ctx, ino, d, name)
-	})
+	}); err != nil {
+		return err
+	}
+	return fs.quotaCounted(ctx, ino)
+}
+
+// quotaCounted clears realm's QuotaCounting: its first count is done.
+func (fs *FS) quotaCounted(ctx context.Context, realm uint64) error {
+	h, err := fs.acquire(ctx, r(barrierLock), w(quotaLock(realm, 0)))
+	if err != nil {
+		return err
+	}
+	defer h.release()
+	t := fs.newTx(ctx)
+	b, err := t.write(layout.QuotaAddr(realm, 0), quotaLock(realm, 0))
+	if err != nil {
+		return err
+	}
+	head, err := layout.DecodeQuotaHead(b, realm)
+	if err != nil {
+		return fmt.Errorf("%w: quota realm %d: %v (run plumeria fsck)", ErrIO, realm, err)
+	}
+	head.Flags &^= layout.QuotaCounting
+	layout.EncodeQuotaHead(b, realm, layout.Version(b), head)
+	return t.commit()
 }
 
 func quotaRootable(ino uint64, in *layout.Inode) error {
@@ -143,34 +171,36 @@ func quotaRootable(ino uint64, in *layout.Inode) error {
 
 // setQuotaHead makes ino a realm root (resetting the ledgers the number's
 // blocks hold from an earlier directory) or changes its limits, taking
-// back every node's unused allowance so that new limits hold at once.
-func (fs *FS) setQuotaHead(ctx context.Context, ino uint64, q QuotaLimits) error {
+// back every node's unused allowance so that new limits hold at once. It
+// reports whether the realm's first count is to be done (or resumed).
+func (fs *FS) setQuotaHead(ctx context.Context, ino uint64, q QuotaLimits) (counting bool, _ error) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer h.release()
 	t := fs.newTx(ctx)
 	in, err := t.inode(ino)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := quotaRootable(ino, in); err != nil {
-		return err
+		return false, err
 	}
 	rb, err := fs.lockRealm(ctx, h, t, ino, true)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if in.Flags&layout.FlagQuota == 0 {
 		rb.head.LimitBytes, rb.head.LimitInodes = 0, 0
+		rb.head.Flags = layout.QuotaCounting
 		for _, l := range rb.ledgers {
 			*l = layout.QuotaLedger{}
 		}
 		in.Flags |= layout.FlagQuota
 		in.Ctime = fs.now()
 		if err := t.putInode(ino, in); err != nil {
-			return err
+			return false, err
 		}
 	}
 	if q.Bytes != nil {
@@ -186,9 +216,9 @@ func (fs *FS) setQuotaHead(ctx context.Context, ino uint64, q QuotaLimits) error
 		rb.ledgers[fs.slot] = &layout.QuotaLedger{}
 	}
 	if err := rb.put(); err != nil {
-		return err
+		return false, err
 	}
-	return t.commit()
+	return rb.head.Flags&layout.QuotaCounting != 0, t.commit()
 }
 
 // readInode reads inode ino under a read lock.
@@ -298,7 +328,8 @@ func (fs *FS) QuotaInfo(ctx context.Context, ino uint64) (QuotaInfo, error) {
 	if err != nil {
 		return QuotaInfo{}, err
 	}
-	info := QuotaInfo{Version: 1, Dir: ino, LimitBytes: rb.head.LimitBytes, LimitInodes: rb.head.LimitInodes, Shares: []QuotaShare{}}
+	info := QuotaInfo{Version: 1, Dir: ino, LimitBytes: rb.head.LimitBytes, LimitInodes: rb.head.LimitInodes, Shares: []QuotaShare{},
+		Counting: rb.head.Flags&layout.QuotaCounting != 0}
 	info.UsedBytes, info.UsedInodes = rb.usage()
 	var names []layout.Slot
 	if !fs.cfg.ReadOnly {

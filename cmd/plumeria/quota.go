@@ -244,6 +244,9 @@ func printQuota(w io.Writer, dir string, info filesys.QuotaInfo) {
 	}
 	line("bytes", info.UsedBytes, info.LimitBytes, func(n int64) string { return fmt.Sprintf("%d (%s)", n, humanBytes(n)) })
 	line("inodes", info.UsedInodes, info.LimitInodes, func(n int64) string { return strconv.FormatInt(n, 10) })
+	if info.Counting {
+		fmt.Fprintf(w, "  still counting what was below when the quota was set (usage partial; if that set was interrupted, set the quota again to resume)\n")
+	}
 	for _, s := range info.Shares {
 		node := s.Node
 		if node == "" {

@@ -23,8 +23,12 @@ import (
 //
 // Head payload, little-endian:
 //
-//	 0                 8                  16               48
-//	| limitBytes u64 | limitInodes u64 | slots 256 bits | zero... |
+//	 0                 8                  16               48         52
+//	| limitBytes u64 | limitInodes u64 | slots 256 bits | flags u32 | zero... |
+//
+// flags: QuotaCounting (bit 0), the walk that counts what was below the
+// directory when it got its quota is not finished (interrupted: setting
+// the quota again resumes it).
 //
 // Ledger payload, little-endian (signed: a node may free what another
 // charged, so one ledger's used may go below zero; their sum never does):
@@ -40,8 +44,10 @@ const (
 	QuotaShift = 21 // 2 MiB of address space per realm root
 	QuotaSlots = SlotsMax
 
-	quotaHeadBytes   = 48
+	quotaHeadBytes   = 52
 	quotaLedgerBytes = 32
+
+	QuotaCounting = 1 << 0 // head flag: the first count is under way
 )
 
 // The quota blocks end before the name logs and after the inodes.
@@ -58,6 +64,7 @@ func QuotaAddr(r uint64, k int) uint64 { return QuotaBase + r<<QuotaShift + uint
 type QuotaHead struct {
 	LimitBytes, LimitInodes uint64 // 0: no limit
 	Slots                   [QuotaSlots / 8]byte
+	Flags                   uint32 // QuotaCounting
 }
 
 // HasSlot reports whether slot s has a ledger in the realm.
@@ -91,6 +98,7 @@ func EncodeQuotaHead(b []byte, r, version uint64, h *QuotaHead) {
 	binary.LittleEndian.PutUint64(p[0:], h.LimitBytes)
 	binary.LittleEndian.PutUint64(p[8:], h.LimitInodes)
 	copy(p[16:48], h.Slots[:])
+	binary.LittleEndian.PutUint32(p[48:], h.Flags)
 }
 
 // DecodeQuotaHead reads realm r's head block.
@@ -103,6 +111,7 @@ func DecodeQuotaHead(b []byte, r uint64) (*QuotaHead, error) {
 	h.LimitBytes = binary.LittleEndian.Uint64(p[0:])
 	h.LimitInodes = binary.LittleEndian.Uint64(p[8:])
 	copy(h.Slots[:], p[16:48])
+	h.Flags = binary.LittleEndian.Uint32(p[48:])
 	return h, nil
 }
 

@@ -1,0 +1,48 @@
+package layout
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestQuotaBlocksRoundTrip(t *testing.T) {
+	b := make([]byte, BlockBytes)
+	h := &QuotaHead{LimitBytes: 64 << 20, LimitInodes: 1000, Flags: QuotaCounting}
+	h.AddSlot(3)
+	h.AddSlot(255)
+	EncodeQuotaHead(b, 77, 5, h)
+	got, err := DecodeQuotaHead(b, 77)
+	if err != nil || *got != *h || Version(b) != 5 {
+		t.Fatalf("head: %+v %v", got, err)
+	}
+	if s := got.SlotList(); len(s) != 2 || s[0] != 3 || s[1] != 255 {
+		t.Fatalf("slots %v", s)
+	}
+	if _, err := DecodeQuotaHead(b, 78); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("head of another realm: %v", err)
+	}
+	l := &QuotaLedger{UsedBytes: -5, UsedInodes: 7, AllowBytes: 1 << 40, AllowInodes: 9}
+	EncodeQuotaLedger(b, 77, 4, 9, l)
+	gl, err := DecodeQuotaLedger(b, 77, 4)
+	if err != nil || *gl != *l {
+		t.Fatalf("ledger: %+v %v", gl, err)
+	}
+	if _, err := DecodeQuotaLedger(b, 77, 5); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("ledger of another slot: %v", err)
+	}
+	if gl, err := DecodeQuotaLedger(make([]byte, BlockBytes), 77, 4); err != nil || *gl != (QuotaLedger{}) {
+		t.Fatalf("a never-written ledger: %+v %v", gl, err)
+	}
+	// An inode's realm survives its block.
+	in := &Inode{Mode: 0o100644, Nlink: 1, Realm: 77}
+	if err := EncodeInode(b, 9, 1, in); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := DecodeInode(b, 9); err != nil || got.Realm != 77 {
+		t.Fatalf("inode realm: %+v %v", got, err)
+	}
+	b[realmOff+3] = 0xff // a realm no inode number can be
+	if _, _, err := DecodeInode(b, 9); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("inode with realm out of range: %v", err)
+	}
+}
