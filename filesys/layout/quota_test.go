@@ -46,3 +46,20 @@ func TestQuotaBlocksRoundTrip(t *testing.T) {
 		t.Fatalf("inode with realm out of range: %v", err)
 	}
 }
+
+// TestFormat2Upgrades: a format-2 volume (no quotas, zero realms) is
+// refused as old and upgraded to format 3 by rewriting its number.
+func TestFormat2Upgrades(t *testing.T) {
+	b := EncodeSuper(Super{Created: 7, HandleKey: [32]byte{1: 1}})
+	b[HeaderBytes] = 2
+	if _, err := DecodeSuper(b); !errors.Is(err, ErrOldFormat) {
+		t.Fatalf("format 2: %v", err)
+	}
+	up, err := UpgradeSuper(b, [32]byte{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := DecodeSuper(up); err != nil || s.Created != 7 || up[HeaderBytes] != FormatVersion || FormatVersion != 3 {
+		t.Fatalf("upgraded: %+v %v (format %d)", s, err, up[HeaderBytes])
+	}
+}
