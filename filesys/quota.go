@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 )
 
@@ -43,6 +45,14 @@ const (
 	RbytesXattr    = "user.plumeria.rbytes"    // bytes used below the directory (read only)
 	RfilesXattr    = "user.plumeria.rfiles"    // inodes used below the directory (read only)
 	QuotaInfoXattr = "user.plumeria.quotainfo" // QuotaInfo as JSON (read only)
+)
+
+// Metrics of quotas (docs/operations.md, Metrics).
+var (
+	quotaGrowsOpts = prometheus.CounterOpts{Name: "plumeria_fs_quota_grows_total",
+		Help: "Times this node took more quota allowance under the realm's locks (the only quota work that needs the lock service)."}
+	quotaRefusedOpts = prometheus.CounterOpts{Name: "plumeria_fs_quota_exceeded_total",
+		Help: "Changes refused with EDQUOT: a directory quota had no room left."}
 )
 
 // quotaLockBase + realm<<9 + k: the lock of quota block k of a realm;
@@ -168,6 +178,9 @@ func withQuota[T any](ctx context.Context, fs *FS, op func() (T, error)) (T, err
 			return v, fmt.Errorf("%w: quota of directory %d: other nodes took the allowance back %d times", ErrQuota, short.realm, try)
 		}
 		if err := fs.grow(ctx, short); err != nil {
+			if errors.Is(err, ErrQuota) {
+				fs.stats.quotaRefused.Inc()
+			}
 			return v, err
 		}
 	}
@@ -275,6 +288,7 @@ func (fs *FS) grow(ctx context.Context, short *quotaShort) error {
 	if err := rb.put(); err != nil {
 		return err
 	}
+	fs.stats.quotaGrows.Inc()
 	return t.commit()
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 )
 
@@ -287,6 +289,7 @@ func TestQuotaTwoNodes(t *testing.T) {
 	}
 	fa, _ := a.Create(ctx, d.Ino, "fa", 0o644, c, true)
 	fb, _ := b.Create(ctx, d.Ino, "fb", 0o644, c, true)
+	grows0 := testutil.ToFloat64(a.stats.quotaGrows) // a's and b's: one series
 	var wg sync.WaitGroup
 	var na, nb uint64
 	var ea, eb error
@@ -299,6 +302,12 @@ func TestQuotaTwoNodes(t *testing.T) {
 	}
 	if na+nb > limit || na+nb <= limit-2*(64<<10) || na == 0 || nb == 0 {
 		t.Fatalf("wrote %d + %d bytes under a limit of %d", na, nb, limit)
+	}
+	writes := (na + nb) / (64 << 10)
+	grows := testutil.ToFloat64(a.stats.quotaGrows) - grows0
+	t.Logf("%d writes, %v grows of the allowance (lock-service work)", writes, grows)
+	if grows > float64(writes)/4 {
+		t.Fatalf("%v grows for %d writes: the allowance does not spare the lock service", grows, writes)
 	}
 	info := checkUsage(t, b, d.Ino)
 	if info.UsedBytes != int64(na+nb) {
