@@ -39,9 +39,14 @@ var (
 	ErrCrossDevice = errors.New("invalid cross-device link") // EXDEV
 )
 
-// Quota attributes of a quota directory (docs/quotas.md).
+// Quota attributes of a quota directory (docs/quotas.md). The quota is
+// set through the trusted namespace, which the kernel lets only
+// CAP_SYS_ADMIN read or write: a user who may write a directory may not
+// raise its quota. Anyone who may read it reads the limits and usage
+// through the user namespace.
 const (
-	QuotaXattr     = "user.plumeria.quota"     // "bytes=N inodes=M" (0: no limit); set it to set the quota
+	QuotaXattr     = "trusted.plumeria.quota"  // "bytes=N inodes=M" (none: no limit); set it to set the quota
+	QuotaUserXattr = "user.plumeria.quota"     // QuotaXattr's value, read only
 	RbytesXattr    = "user.plumeria.rbytes"    // bytes used below the directory (read only)
 	RfilesXattr    = "user.plumeria.rfiles"    // inodes used below the directory (read only)
 	QuotaInfoXattr = "user.plumeria.quotainfo" // QuotaInfo as JSON (read only)

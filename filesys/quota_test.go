@@ -151,8 +151,10 @@ func TestQuotaSolo(t *testing.T) {
 		t.Fatalf("no inode limit: %v", err)
 	}
 	checkUsage(t, fs, d.Ino)
-	if v, err := fs.Getxattr(ctx, d.Ino, QuotaXattr); err != nil || string(v) != fmt.Sprintf("bytes=%d inodes=none", limit) {
-		t.Fatalf("%s = %q, %v", QuotaXattr, v, err)
+	for _, x := range []string{QuotaXattr, QuotaUserXattr} {
+		if v, err := fs.Getxattr(ctx, d.Ino, x); err != nil || string(v) != fmt.Sprintf("bytes=%d inodes=none", limit) {
+			t.Fatalf("%s = %q, %v", x, v, err)
+		}
 	}
 }
 
@@ -184,6 +186,9 @@ func TestQuotaNonsense(t *testing.T) {
 	}
 	if err := fs.Setxattr(ctx, inner.Ino, RbytesXattr, []byte("0"), 0); !errors.Is(err, ErrNotPermitted) {
 		t.Errorf("setting rbytes: %v", err)
+	}
+	if err := fs.Setxattr(ctx, inner.Ino, QuotaUserXattr, []byte("bytes=1000000"), 0); !errors.Is(err, ErrNotPermitted) {
+		t.Errorf("setting the quota through the user namespace: %v", err)
 	}
 	if _, err := fs.Getxattr(ctx, d.Ino, RbytesXattr); !errors.Is(err, ErrNoAttr) {
 		t.Errorf("rbytes of a directory without quota: %v", err)

@@ -360,7 +360,7 @@ func held1(used, allow int64) int64 {
 // quotaGetxattr answers the quota attributes (ok false: name is another).
 func (fs *FS) quotaGetxattr(ctx context.Context, ino uint64, name string) (_ []byte, ok bool, _ error) {
 	switch name {
-	case QuotaXattr, RbytesXattr, RfilesXattr, QuotaInfoXattr:
+	case QuotaXattr, QuotaUserXattr, RbytesXattr, RfilesXattr, QuotaInfoXattr:
 	default:
 		return nil, false, nil
 	}
@@ -369,7 +369,7 @@ func (fs *FS) quotaGetxattr(ctx context.Context, ino uint64, name string) (_ []b
 		return nil, true, err
 	}
 	switch name {
-	case QuotaXattr:
+	case QuotaXattr, QuotaUserXattr:
 		return []byte(quotaString(info.LimitBytes, info.LimitInodes)), true, nil
 	case RbytesXattr:
 		return []byte(strconv.FormatInt(info.UsedBytes, 10)), true, nil
@@ -385,6 +385,8 @@ func (fs *FS) quotaGetxattr(ctx context.Context, ino uint64, name string) (_ []b
 func (fs *FS) quotaSetxattr(ctx context.Context, ino uint64, name string, value []byte, remove bool) (ok bool, _ error) {
 	switch name {
 	case QuotaXattr:
+	case QuotaUserXattr:
+		return true, fmt.Errorf("%w: %s is read only: a quota is set through %s (root)", ErrNotPermitted, name, QuotaXattr)
 	case RbytesXattr, RfilesXattr, QuotaInfoXattr:
 		return true, fmt.Errorf("%w: %s is made by the file system", ErrNotPermitted, name)
 	default:

@@ -28,7 +28,8 @@ enforces it exactly: a write, create or truncate that would take the tree
 past a limit fails with EDQUOT ("Disk quota exceeded"), and deleting frees
 at once. Renames and hard links into or out of a quota directory fail with
 EXDEV (mv then copies). Quotas do not nest. The quota is the extended
-attribute ` + filesys.QuotaXattr + `; ` + filesys.RbytesXattr + ` and ` + filesys.RfilesXattr + ` read the usage.
+attribute ` + filesys.QuotaXattr + ` (root sets it; anyone reads it as
+` + filesys.QuotaUserXattr + `); ` + filesys.RbytesXattr + ` and ` + filesys.RfilesXattr + ` read the usage.
 See docs/quotas.md.`,
 	}
 	c.AddCommand(quotaSetCmd(), quotaShowCmd())
@@ -173,6 +174,8 @@ func quotaSetError(dir, spec string, err error) error {
 		return fmt.Errorf("quota set %s: refused (%s): quotas do not nest: a directory above or below %s has one (the fs node's log names it): %w", dir, spec, dir, err)
 	case errors.Is(err, unix.ENOTDIR):
 		return fmt.Errorf("quota set %s: not a directory", dir)
+	case errors.Is(err, unix.EPERM):
+		return fmt.Errorf("quota set %s: setting a quota needs root (CAP_SYS_ADMIN: %s is a trusted attribute)", dir, filesys.QuotaXattr)
 	}
 	return fmt.Errorf("quota set %s: %w", dir, err)
 }

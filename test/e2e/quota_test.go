@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -150,6 +151,16 @@ func quotaNonsense(t *testing.T, c *cluster, mnt, q string) {
 			t.Errorf("%v: want a failure saying %q", r, k.want)
 		}
 	}
+	// Without CAP_SYS_ADMIN (a thread that dropped it), the quota cannot
+	// be set, only read.
+	if err := withoutSysAdmin(func() error {
+		return unix.Setxattr(q, filesys.QuotaXattr, []byte("bytes=none"), 0)
+	}); !errors.Is(err, unix.EPERM) {
+		t.Errorf("setting the quota without CAP_SYS_ADMIN: %v, want EPERM", err)
+	}
+	if v, err := getxattr(q, filesys.QuotaUserXattr); err != nil || v != "bytes=67108864 inodes=none" {
+		t.Errorf("%s = %q, %v", filesys.QuotaUserXattr, v, err)
+	}
 	if err := os.Rename(filepath.Join(q, "before"), filepath.Join(mnt, "before")); !errors.Is(err, unix.EXDEV) {
 		t.Errorf("rename out of the quota: %v, want EXDEV", err)
 	}
@@ -241,4 +252,35 @@ func quotaExact(t *testing.T, c *cluster, show, walk string) filesys.QuotaInfo {
 		t.Fatalf("quota show: %d bytes, %d inodes; a recount: %d bytes, %d inodes", info.UsedBytes, info.UsedInodes, bytes, inodes)
 	}
 	return info
+}
+
+// withoutSysAdmin runs fn on an OS thread that dropped CAP_SYS_ADMIN (the
+// thread ends with the goroutine: it is never unlocked).
+func withoutSysAdmin(fn func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		var data [2]unix.CapUserData
+		if err := unix.Capget(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		data[0].Effective &^= 1 << unix.CAP_SYS_ADMIN
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
+}
+
+func getxattr(path, name string) (string, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Getxattr(path, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }
