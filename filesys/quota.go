@@ -123,10 +123,6 @@ func (h *held) holds(id uint64) bool {
 // so taken last and in order). A growth past this node's allowance is a
 // *quotaShort and changes nothing. Realm 0 costs nothing.
 func (fs *FS) charge(h *held, t *tx, realm uint64, bytes, inodes int64) error {
-	return fs.chargeLedger(h, t, realm, bytes, inodes, false)
-}
-
-func (fs *FS) chargeLedger(h *held, t *tx, realm uint64, bytes, inodes int64, force bool) error {
 	if realm == 0 || bytes == 0 && inodes == 0 {
 		return nil
 	}
@@ -146,13 +142,16 @@ func (fs *FS) chargeLedger(h *held, t *tx, realm uint64, bytes, inodes int64, fo
 		return fmt.Errorf("%w: quota realm %d: %v (run plumeria fsck)", ErrIO, realm, err)
 	}
 	short := &quotaShort{realm: realm}
+	if layout.Version(b) == 0 {
+		return short // a ledger never written: grow lists the slot in the head first
+	}
 	if bytes > 0 && l.UsedBytes+bytes > l.AllowBytes {
 		short.bytes = l.UsedBytes + bytes - l.AllowBytes
 	}
 	if inodes > 0 && l.UsedInodes+inodes > l.AllowInodes {
 		short.inodes = l.UsedInodes + inodes - l.AllowInodes
 	}
-	if !force && (short.bytes > 0 || short.inodes > 0) {
+	if short.bytes > 0 || short.inodes > 0 {
 		return short
 	}
 	l.UsedBytes += bytes
@@ -168,6 +167,17 @@ func quotaShortOf(err error) bool {
 	}
 	var short *quotaShort
 	return errors.As(err, &short)
+}
+
+// quotaAgain grows this node's allowance if err asks for it (a removal
+// that is this node's first change of a realm: its ledger gets listed)
+// and reports that the caller should run its operation again.
+func (fs *FS) quotaAgain(ctx context.Context, err error) (bool, error) {
+	var short *quotaShort
+	if err == nil || !errors.As(err, &short) {
+		return false, nil
+	}
+	return true, fs.grow(ctx, short)
 }
 
 // withQuota runs op, and while it fails for lack of allowance grows this
@@ -196,13 +206,14 @@ type realmBlocks struct {
 	t       *tx
 	realm   uint64
 	head    *layout.QuotaHead
-	ledgers map[int]*layout.QuotaLedger // by slot
+	ledgers map[int]*layout.QuotaLedger // by slot: those locked
 }
 
-// lockRealm takes realm's head lock and the lock of every ledger the head
-// lists (plus this node's, which it adds to the head when write) in mode
-// write or read, and decodes them.
-func (fs *FS) lockRealm(ctx context.Context, h *held, t *tx, realm uint64, write bool) (*realmBlocks, error) {
+// lockRealm takes realm's head lock and, with all, the lock of every
+// ledger the head lists, else only this node's ledger's (write only), in
+// mode write or read, and decodes them. In write mode this node's slot is
+// listed.
+func (fs *FS) lockRealm(ctx context.Context, h *held, t *tx, realm uint64, write, all bool) (*realmBlocks, error) {
 	mode := r
 	if write {
 		mode = w
@@ -222,7 +233,11 @@ func (fs *FS) lockRealm(ctx context.Context, h *held, t *tx, realm uint64, write
 		head.AddSlot(fs.slot)
 	}
 	rb := &realmBlocks{t: t, realm: realm, head: head, ledgers: map[int]*layout.QuotaLedger{}}
-	for _, s := range head.SlotList() {
+	slots := []int{fs.slot}
+	if all {
+		slots = head.SlotList()
+	}
+	for _, s := range slots {
 		if err := h.add(ctx, mode(quotaLock(realm, 1+s))); err != nil {
 			return nil, err
 		}
@@ -239,7 +254,7 @@ func (fs *FS) lockRealm(ctx context.Context, h *held, t *tx, realm uint64, write
 	return rb, nil
 }
 
-// put stages the head and every ledger.
+// put stages the head and the ledgers locked.
 func (rb *realmBlocks) put() error {
 	b, err := rb.t.write(layout.QuotaAddr(rb.realm, 0), quotaLock(rb.realm, 0))
 	if err != nil {
@@ -265,81 +280,114 @@ func (rb *realmBlocks) usage() (bytes, inodes int64) {
 	return bytes, inodes
 }
 
-// grow gives this node allowance enough for short, taking back the unused
-// allowance of other nodes if the free part of the limit does not cover
-// it; ErrQuota if even that does not.
+// regrant takes back every unused allowance (allowance := used) and sets
+// the head's granted sums from the ledgers; rb holds them all.
+func (rb *realmBlocks) regrant() {
+	rb.head.GrantedBytes, rb.head.GrantedInodes = 0, 0
+	for _, l := range rb.ledgers {
+		l.AllowBytes, l.AllowInodes = l.UsedBytes, l.UsedInodes
+		rb.head.GrantedBytes += l.AllowBytes
+		rb.head.GrantedInodes += l.AllowInodes
+	}
+}
+
+// quotaDim is one dimension (bytes or inodes) of a realm.
+type quotaDim struct {
+	what    string
+	limit   uint64
+	need    int64
+	granted *int64
+	field   func(*layout.QuotaLedger) (used, allow *int64)
+}
+
+func quotaDims(rb *realmBlocks, short *quotaShort) [2]quotaDim {
+	return [2]quotaDim{
+		{"bytes", rb.head.LimitBytes, short.bytes, &rb.head.GrantedBytes,
+			func(l *layout.QuotaLedger) (*int64, *int64) { return &l.UsedBytes, &l.AllowBytes }},
+		{"inodes", rb.head.LimitInodes, short.inodes, &rb.head.GrantedInodes,
+			func(l *layout.QuotaLedger) (*int64, *int64) { return &l.UsedInodes, &l.AllowInodes }},
+	}
+}
+
+// grow gives this node allowance enough for short. It first takes only
+// the realm head's lock and this node's ledger's: other nodes go on
+// charging meanwhile. Only when the part of the limit not yet granted
+// does not cover the need does it take every ledger's lock (the other
+// nodes write theirs back) and take back their unused allowance; ErrQuota
+// if even that does not cover it.
 func (fs *FS) grow(ctx context.Context, short *quotaShort) error {
+	done, err := fs.growOnce(ctx, short, false)
+	if done || err != nil {
+		return err
+	}
+	_, err = fs.growOnce(ctx, short, true)
+	return err
+}
+
+func (fs *FS) growOnce(ctx context.Context, short *quotaShort, all bool) (bool, error) {
 	h, err := fs.acquire(ctx, r(barrierLock))
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer h.release()
 	t := fs.newTx(ctx)
-	rb, err := fs.lockRealm(ctx, h, t, short.realm, true)
+	rb, err := fs.lockRealm(ctx, h, t, short.realm, true, all)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if rb.ledgers[fs.slot] == nil {
-		rb.ledgers[fs.slot] = &layout.QuotaLedger{}
-	}
-	if err := grant(rb, fs.slot, rb.head.LimitBytes, short.bytes, "bytes",
-		func(l *layout.QuotaLedger) (*int64, *int64) { return &l.UsedBytes, &l.AllowBytes }); err != nil {
-		return err
-	}
-	if err := grant(rb, fs.slot, rb.head.LimitInodes, short.inodes, "inodes",
-		func(l *layout.QuotaLedger) (*int64, *int64) { return &l.UsedInodes, &l.AllowInodes }); err != nil {
-		return err
+	for _, d := range quotaDims(rb, short) {
+		if ok, err := grant(rb, fs.slot, d, all); !ok || err != nil {
+			return false, err
+		}
 	}
 	if err := rb.put(); err != nil {
-		return err
+		return false, err
 	}
 	fs.stats.quotaGrows.Inc()
-	return t.commit()
+	return true, t.commit()
 }
 
-// grant raises slot me's allowance in one dimension (field picks it) by
-// at least need, keeping the sum of max(allowance, used) over the slots
-// within limit (0: no limit).
-func grant(rb *realmBlocks, me int, limit uint64, need int64, what string, field func(*layout.QuotaLedger) (used, allow *int64)) error {
-	if need <= 0 {
-		return nil
+// grant raises slot me's allowance in dimension d by at least d.need,
+// keeping the granted sum within the limit (0: no limit). Without all
+// (rb holds only me's ledger) it reports false if that needs taking back
+// other nodes' allowance.
+func grant(rb *realmBlocks, me int, d quotaDim, all bool) (bool, error) {
+	if d.need <= 0 {
+		return true, nil
 	}
-	_, myAllow := field(rb.ledgers[me])
-	if limit == 0 {
-		*myAllow = quotaUnlimited
-		return nil
+	_, myAllow := d.field(rb.ledgers[me])
+	if d.limit == 0 {
+		*myAllow = quotaUnlimited // the granted sum is recomputed when a limit is set
+		return true, nil
 	}
-	claimed := func() int64 {
-		var sum int64
-		for _, l := range rb.ledgers {
-			u, a := field(l)
-			sum += max(*u, *a)
-		}
-		return sum
+	free := int64(d.limit) - *d.granted
+	if free < d.need && !all {
+		return false, nil
 	}
-	free := int64(limit) - claimed()
-	if free < need {
+	if free < d.need {
 		for s, l := range rb.ledgers { // take back the others' unused allowance
-			if u, a := field(l); s != me && *a > *u {
+			if u, a := d.field(l); s != me && *a > *u {
+				*d.granted -= *a - *u
 				*a = *u
 			}
 		}
-		free = int64(limit) - claimed()
+		free = int64(d.limit) - *d.granted
 	}
-	if free < need {
-		used := int64(0)
-		for _, l := range rb.ledgers {
-			u, _ := field(l)
-			used += *u
+	if free < d.need {
+		used, _ := rb.usage()
+		if d.what == "inodes" {
+			_, used = rb.usage()
 		}
-		return fmt.Errorf("%w: quota of directory %d: %d %s used of %d, %d more asked", ErrQuota, rb.realm, used, what, limit, need)
+		return false, fmt.Errorf("%w: quota of directory %d: %d %s used of %d, %d more asked", ErrQuota, rb.realm, used, d.what, d.limit, d.need)
 	}
 	// Beyond the need, a share of what is free: a few grows fill the
 	// realm, and two busy nodes do not take it back from each other at
 	// every write.
-	extra := min(free/int64(2*len(rb.ledgers)), quotaShareMax, free-need)
-	*myAllow += need + max(extra, 0)
-	return nil
+	extra := min(free/int64(2*len(rb.head.SlotList())), quotaShareMax, free-d.need)
+	g := d.need + max(extra, 0)
+	*myAllow += g
+	*d.granted += g
+	return true, nil
 }
 
 // unchargeLast frees in's bytes and inode in its realm when its last

@@ -54,7 +54,35 @@ func checkUsage(t *testing.T, fs *FS, root uint64) QuotaInfo {
 	if info.UsedBytes != b || info.UsedInodes != n {
 		t.Fatalf("quota usage %d bytes %d inodes, recount %d bytes %d inodes", info.UsedBytes, info.UsedInodes, b, n)
 	}
+	checkGranted(t, fs, root)
 	return info
+}
+
+// checkGranted checks the head's granted sums against the ledgers'
+// allowances (in a dimension with a limit), and that they cover the usage.
+func checkGranted(t *testing.T, fs *FS, root uint64) {
+	t.Helper()
+	ctx := context.Background()
+	h, err := fs.acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.release()
+	rb, err := fs.lockRealm(ctx, h, fs.newTx(ctx), root, false, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ab, ai int64
+	for s, l := range rb.ledgers {
+		ab += l.AllowBytes
+		ai += l.AllowInodes
+		if (rb.head.LimitBytes > 0 && l.UsedBytes > l.AllowBytes) || (rb.head.LimitInodes > 0 && l.UsedInodes > l.AllowInodes) {
+			t.Fatalf("slot %d used over its allowance: %+v", s, l)
+		}
+	}
+	if (rb.head.LimitBytes > 0 && ab != rb.head.GrantedBytes) || (rb.head.LimitInodes > 0 && ai != rb.head.GrantedInodes) {
+		t.Fatalf("granted %d bytes %d inodes, allowances sum to %d and %d", rb.head.GrantedBytes, rb.head.GrantedInodes, ab, ai)
+	}
 }
 
 // fill writes chunk-byte pieces to file ino until a write fails; it
@@ -292,6 +320,13 @@ func TestQuotaTwoNodes(t *testing.T) {
 	if err := a.SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(limit)}); err != nil {
 		t.Fatal(err)
 	}
+	// A node that never charged the realm frees what another charged.
+	x, _ := a.Create(ctx, d.Ino, "x", 0o644, c, true)
+	a.Write(ctx, x.Ino, 0, make([]byte, 5000), 0, false)
+	if err := b.Unlink(ctx, d.Ino, "x"); err != nil {
+		t.Fatal(err)
+	}
+	checkUsage(t, a, d.Ino)
 	fa, _ := a.Create(ctx, d.Ino, "fa", 0o644, c, true)
 	fb, _ := b.Create(ctx, d.Ino, "fb", 0o644, c, true)
 	grows0 := testutil.ToFloat64(a.stats.quotaGrows) // a's and b's: one series
@@ -311,7 +346,7 @@ func TestQuotaTwoNodes(t *testing.T) {
 	writes := (na + nb) / (64 << 10)
 	grows := testutil.ToFloat64(a.stats.quotaGrows) - grows0
 	t.Logf("%d writes, %v grows of the allowance (lock-service work)", writes, grows)
-	if grows > float64(writes)/4 {
+	if grows > float64(writes)/3 { // 13 to 25 seen; one per write without shares
 		t.Fatalf("%v grows for %d writes: the allowance does not spare the lock service", grows, writes)
 	}
 	info := checkUsage(t, b, d.Ino)

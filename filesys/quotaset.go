@@ -187,7 +187,7 @@ func (fs *FS) setQuotaHead(ctx context.Context, ino uint64, q QuotaLimits) (coun
 	if err := quotaRootable(ino, in); err != nil {
 		return false, err
 	}
-	rb, err := fs.lockRealm(ctx, h, t, ino, true)
+	rb, err := fs.lockRealm(ctx, h, t, ino, true, true)
 	if err != nil {
 		return false, err
 	}
@@ -209,12 +209,7 @@ func (fs *FS) setQuotaHead(ctx context.Context, ino uint64, q QuotaLimits) (coun
 	if q.Inodes != nil {
 		rb.head.LimitInodes = *q.Inodes
 	}
-	for _, l := range rb.ledgers {
-		l.AllowBytes, l.AllowInodes = max(l.UsedBytes, 0), max(l.UsedInodes, 0)
-	}
-	if rb.ledgers[fs.slot] == nil {
-		rb.ledgers[fs.slot] = &layout.QuotaLedger{}
-	}
+	rb.regrant()
 	if err := rb.put(); err != nil {
 		return false, err
 	}
@@ -298,13 +293,31 @@ func (fs *FS) tagEntry(ctx context.Context, realm, d uint64, name string) error 
 		return fmt.Errorf("%w: nested quotas are not supported: %q (inode %d) got a quota while directory %d's was set up", ErrInvalid, name, e.Ino, realm)
 	}
 	in.Realm = realm
-	if err := fs.chargeLedger(h, t, realm, chargedBytes(in), 1, true); err != nil {
+	if err := fs.chargeCounted(ctx, h, t, realm, chargedBytes(in), 1); err != nil {
 		return err
 	}
 	if err := t.putInode(e.Ino, in); err != nil {
 		return err
 	}
 	return t.commit()
+}
+
+// chargeCounted charges what the first count found (it was there before
+// the quota) to this node's ledger whatever the limit, with as much
+// allowance, under the head's lock too (the granted sums follow).
+func (fs *FS) chargeCounted(ctx context.Context, h *held, t *tx, realm uint64, bytes, inodes int64) error {
+	rb, err := fs.lockRealm(ctx, h, t, realm, true, false)
+	if err != nil {
+		return err
+	}
+	l := rb.ledgers[fs.slot]
+	l.UsedBytes += bytes
+	l.UsedInodes += inodes
+	l.AllowBytes += bytes
+	l.AllowInodes += inodes
+	rb.head.GrantedBytes += bytes
+	rb.head.GrantedInodes += inodes
+	return rb.put()
 }
 
 // QuotaInfo returns quota directory ino's limits and exact usage: it reads
@@ -324,7 +337,7 @@ func (fs *FS) QuotaInfo(ctx context.Context, ino uint64) (QuotaInfo, error) {
 	if in.Flags&layout.FlagQuota == 0 {
 		return QuotaInfo{}, fmt.Errorf("%w: directory %d has no quota", ErrNoAttr, ino)
 	}
-	rb, err := fs.lockRealm(ctx, h, t, ino, false)
+	rb, err := fs.lockRealm(ctx, h, t, ino, false, true)
 	if err != nil {
 		return QuotaInfo{}, err
 	}

@@ -34,6 +34,12 @@ func (fs *FS) remove(ctx context.Context, parent uint64, name string, rmdir bool
 		}
 		freed, hwm, retry, err := fs.removeLocked(ctx, h, parent, name, e.Ino, rmdir)
 		h.release()
+		if again, gerr := fs.quotaAgain(ctx, err); again || gerr != nil {
+			if gerr != nil {
+				return gerr
+			}
+			continue
+		}
 		if retry {
 			continue
 		}

@@ -25,6 +25,12 @@ func (fs *FS) Rename(ctx context.Context, sd uint64, sname string, dd uint64, dn
 	}
 	for {
 		retry, freed, hwm, err := fs.renameOnce(ctx, sd, sname, dd, dname, flags)
+		if again, gerr := fs.quotaAgain(ctx, err); again || gerr != nil {
+			if gerr != nil {
+				return gerr
+			}
+			continue
+		}
 		if retry {
 			continue
 		}

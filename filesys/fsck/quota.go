@@ -80,7 +80,7 @@ func (c *checker) checkRealm(r uint64, bytes, inodes int64) error {
 		head = &layout.QuotaHead{} // limits lost: the usage is still counted
 		defer c.repaired(p, "head rewritten without limits")
 	}
-	var sumB, sumI int64
+	var sumB, sumI, allowB, allowI int64
 	bad := ""
 	for _, s := range head.SlotList() {
 		l, err := layout.DecodeQuotaLedger(block(1+s), r, 1+s)
@@ -90,8 +90,14 @@ func (c *checker) checkRealm(r uint64, bytes, inodes int64) error {
 		}
 		sumB += l.UsedBytes
 		sumI += l.UsedInodes
+		allowB += l.AllowBytes
+		allowI += l.AllowInodes
 	}
-	if bad == "" && sumB == bytes && sumI == inodes && err == nil {
+	switch {
+	case bad != "":
+	case head.LimitBytes > 0 && allowB != head.GrantedBytes, head.LimitInodes > 0 && allowI != head.GrantedInodes:
+		bad = fmt.Sprintf("head says %d bytes and %d inodes granted, the ledgers %d and %d", head.GrantedBytes, head.GrantedInodes, allowB, allowI)
+	case sumB == bytes && sumI == inodes && err == nil:
 		return nil
 	}
 	what := bad
@@ -107,6 +113,7 @@ func (c *checker) checkRealm(r uint64, bytes, inodes int64) error {
 		head.AddSlot(0)
 		slots = []int{0}
 	}
+	head.GrantedBytes, head.GrantedInodes = bytes, inodes // all allowance taken back
 	write := func(k int, enc func(b []byte, v uint64)) error {
 		b := block(k)
 		v := layout.Version(b) + 1

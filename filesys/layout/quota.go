@@ -23,12 +23,15 @@ import (
 //
 // Head payload, little-endian:
 //
-//	 0                 8                  16               48         52
-//	| limitBytes u64 | limitInodes u64 | slots 256 bits | flags u32 | zero... |
+//	 0                 8                  16               48          52                  60                   68
+//	| limitBytes u64 | limitInodes u64 | slots 256 bits | flags u32 | grantedBytes i64 | grantedInodes i64 | zero... |
 //
 // flags: QuotaCounting (bit 0), the walk that counts what was below the
 // directory when it got its quota is not finished (interrupted: setting
-// the quota again resumes it).
+// the quota again resumes it). granted is the sum of the allowances of
+// the listed ledgers, kept with them (meaningless in a dimension without
+// a limit, recomputed when a limit is set). A slot with a written ledger
+// is always listed.
 //
 // Ledger payload, little-endian (signed: a node may free what another
 // charged, so one ledger's used may go below zero; their sum never does):
@@ -44,7 +47,7 @@ const (
 	QuotaShift = 21 // 2 MiB of address space per realm root
 	QuotaSlots = SlotsMax
 
-	quotaHeadBytes   = 52
+	quotaHeadBytes   = 68
 	quotaLedgerBytes = 32
 
 	QuotaCounting = 1 << 0 // head flag: the first count is under way
@@ -65,6 +68,8 @@ type QuotaHead struct {
 	LimitBytes, LimitInodes uint64 // 0: no limit
 	Slots                   [QuotaSlots / 8]byte
 	Flags                   uint32 // QuotaCounting
+	GrantedBytes            int64  // the sum of the ledgers' AllowBytes
+	GrantedInodes           int64  // the sum of the ledgers' AllowInodes
 }
 
 // HasSlot reports whether slot s has a ledger in the realm.
@@ -99,6 +104,8 @@ func EncodeQuotaHead(b []byte, r, version uint64, h *QuotaHead) {
 	binary.LittleEndian.PutUint64(p[8:], h.LimitInodes)
 	copy(p[16:48], h.Slots[:])
 	binary.LittleEndian.PutUint32(p[48:], h.Flags)
+	binary.LittleEndian.PutUint64(p[52:], uint64(h.GrantedBytes))
+	binary.LittleEndian.PutUint64(p[60:], uint64(h.GrantedInodes))
 }
 
 // DecodeQuotaHead reads realm r's head block.
@@ -112,6 +119,8 @@ func DecodeQuotaHead(b []byte, r uint64) (*QuotaHead, error) {
 	h.LimitInodes = binary.LittleEndian.Uint64(p[8:])
 	copy(h.Slots[:], p[16:48])
 	h.Flags = binary.LittleEndian.Uint32(p[48:])
+	h.GrantedBytes = int64(binary.LittleEndian.Uint64(p[52:]))
+	h.GrantedInodes = int64(binary.LittleEndian.Uint64(p[60:]))
 	return h, nil
 }
 
