@@ -21,14 +21,14 @@ import (
 // transaction as the change that causes it. A ledger also holds the
 // node's allowance: the node accepts a charge only while its ledger's used
 // stays within it. Allowances are handed out by grow under the realm
-// head's lock and every ledger's, so that the sum over slots of
-// max(allowance, used) never exceeds the limit: the usage can never pass
-// the limit (an overrun bound of 0 bytes and 0 inodes). A node short of
-// allowance takes back the unused allowances of the others (their ledger
-// locks are revoked from them: what they charged is written back first).
+// head's lock, which keeps their sum (granted) within the limit, so the
+// usage can never pass the limit: an overrun bound of 0 bytes and 0
+// inodes. A node short of allowance when nothing is left to grant takes
+// back the unused allowances of the others under every ledger's lock
+// (their locks are revoked: what they charged is written back first).
 // After a crash the dead node's log is replayed like any other, which
 // leaves its ledger exact; its unused allowance is taken back by the next
-// grow.
+// grow that needs it.
 
 // Errors of quotas.
 var (
