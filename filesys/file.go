@@ -158,7 +158,7 @@ func (fs *FS) write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 		return 0, nil
 	}
 	grown := int64(max(end, in.Size) - in.Size)
-	if err := fs.charge(h, t, in.Realm, grown, 0); err != nil {
+	if err := fs.charge(h, t, in.Realms, grown, 0); err != nil {
 		return 0, err // before the bytes are accepted (written behind)
 	}
 	// Inside the size of a file already in its extent, a write shows
@@ -184,7 +184,7 @@ func (fs *FS) write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 				// Some replicas may hold the bytes: past the size they
 				// must be cleared if the file grows over them.
 				in.HWM = max(in.HWM, end)
-				if perr := t.putInode(ino, in); perr == nil && fs.charge(h, t, in.Realm, -grown, 0) == nil {
+				if perr := t.putInode(ino, in); perr == nil && fs.charge(h, t, in.Realms, -grown, 0) == nil {
 					t.commit()
 				}
 				return 0, err
@@ -352,7 +352,7 @@ func (fs *FS) setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 			return Attr{}, fmt.Errorf("%w: truncate of inode %d of type %o", ErrInvalid, ino, in.Mode&typeMask)
 		}
 		if *set.Size != in.Size {
-			if err := fs.charge(h, t, in.Realm, int64(*set.Size)-int64(in.Size), 0); err != nil {
+			if err := fs.charge(h, t, in.Realms, int64(*set.Size)-int64(in.Size), 0); err != nil {
 				return Attr{}, err
 			}
 			if err := fs.truncate(ctx, t, ino, in, *set.Size); err != nil {
@@ -500,7 +500,7 @@ func (fs *FS) fallocate(ctx context.Context, ino uint64, off, end uint64, mode u
 		}
 	}
 	if mode&fallocKeepSize == 0 && end > in.Size {
-		if err := fs.charge(h, t, in.Realm, int64(end-in.Size), 0); err != nil {
+		if err := fs.charge(h, t, in.Realms, int64(end-in.Size), 0); err != nil {
 			return err
 		}
 		if err := fs.truncate(ctx, t, ino, in, end); err != nil {

@@ -334,10 +334,10 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	}
 	now := fs.now()
 	isNewDir := n.mode&typeMask == typeDir
-	realm := innerRealm(parent, pin)
+	rs := innerRealms(parent, pin)
 	ino, in, err := fs.allocInode(t, h, g, func(ino uint64, _ *layout.Inode) *layout.Inode {
 		in := &layout.Inode{Mode: n.mode, Nlink: 1, Uid: n.c.Uid, Gid: n.c.Gid, Rdev: n.rdev,
-			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Realm: realm}
+			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Realms: rs}
 		if pin.Mode&syscall.S_ISGID != 0 {
 			in.Gid = pin.Gid
 			if isNewDir {
@@ -356,7 +356,7 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	if err != nil {
 		return Attr{}, 0, err
 	}
-	if err := fs.charge(h, t, realm, chargedBytes(in), 1); err != nil {
+	if err := fs.charge(h, t, rs, chargedBytes(in), 1); err != nil {
 		return Attr{}, 0, err
 	}
 	if len(n.extent) > 0 {

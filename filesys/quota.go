@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -81,12 +82,28 @@ const quotaTriesMax = 32
 // needs: a node that dies keeps at most this much (until the next grow).
 const quotaShareMax = 1 << 30
 
-// innerRealm is the realm of what is created in directory ino.
-func innerRealm(ino uint64, in *layout.Inode) uint64 {
-	if in.Flags&layout.FlagQuota != 0 {
-		return ino
+// realms are the quota realms an inode is counted in, innermost first,
+// the rest 0 (layout.Inode.Realms).
+type realms = [layout.RealmsMax]uint64
+
+// depth is how many realms rs holds.
+func depth(rs realms) int {
+	n := 0
+	for n < len(rs) && rs[n] != 0 {
+		n++
 	}
-	return in.Realm
+	return n
+}
+
+// innerRealms are the realms of what is created in directory ino: a
+// quota root's own realm first, then those it is in.
+func innerRealms(ino uint64, in *layout.Inode) realms {
+	if in.Flags&layout.FlagQuota == 0 {
+		return in.Realms
+	}
+	rs := realms{ino}
+	copy(rs[1:], in.Realms[:])
+	return rs
 }
 
 // chargedBytes is what an inode counts in its realm's bytes: the logical
@@ -118,32 +135,55 @@ func (h *held) holds(id uint64) bool {
 	return false
 }
 
-// charge adds bytes and inodes (negative: frees) to realm's usage in this
-// node's ledger, staged in t; h gets the ledger's lock (the highest ids,
-// so taken last and in order). A growth past this node's allowance is a
-// *quotaShort and changes nothing. Realm 0 costs nothing.
-func (fs *FS) charge(h *held, t *tx, realm uint64, bytes, inodes int64) error {
-	if realm == 0 || bytes == 0 && inodes == 0 {
+// charge adds bytes and inodes (negative: frees) to the usage of each of
+// realms rs in this node's ledgers, staged in t; h gets the ledgers'
+// locks (the highest ids held, taken last, in order). A growth past this
+// node's allowance in any of them is a *quotaShort and changes nothing.
+// No realm costs one comparison.
+func (fs *FS) charge(h *held, t *tx, rs realms, bytes, inodes int64) error {
+	if rs[0] == 0 || bytes == 0 && inodes == 0 {
 		return nil
 	}
+	order := rs
+	slices.Sort(order[:depth(rs)])
+	var ls [layout.RealmsMax]*layout.QuotaLedger
+	var bs [layout.RealmsMax][]byte
+	for i, realm := range order[:depth(rs)] {
+		l, b, err := fs.ledger(h, t, realm, bytes, inodes)
+		if err != nil {
+			return err
+		}
+		ls[i], bs[i] = l, b
+	}
+	for i, realm := range order[:depth(rs)] {
+		ls[i].UsedBytes += bytes
+		ls[i].UsedInodes += inodes
+		layout.EncodeQuotaLedger(bs[i], realm, 1+fs.slot, layout.Version(bs[i]), ls[i])
+	}
+	return nil
+}
+
+// ledger stages this node's ledger of realm in t under its lock (added to
+// h) and checks that it allows the change (a *quotaShort if not).
+func (fs *FS) ledger(h *held, t *tx, realm uint64, bytes, inodes int64) (*layout.QuotaLedger, []byte, error) {
 	k := 1 + fs.slot
 	id := quotaLock(realm, k)
 	if !h.holds(id) {
 		if err := h.add(t.ctx, w(id)); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	b, err := t.write(layout.QuotaAddr(realm, k), id)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	l, err := layout.DecodeQuotaLedger(b, realm, k)
 	if err != nil {
-		return fmt.Errorf("%w: quota realm %d: %v (run plumeria fsck)", ErrIO, realm, err)
+		return nil, nil, fmt.Errorf("%w: quota realm %d: %v (run plumeria fsck)", ErrIO, realm, err)
 	}
 	short := &quotaShort{realm: realm}
 	if layout.Version(b) == 0 {
-		return short // a ledger never written: grow lists the slot in the head first
+		return nil, nil, short // a ledger never written: grow lists the slot in the head first
 	}
 	if bytes > 0 && l.UsedBytes+bytes > l.AllowBytes {
 		short.bytes = l.UsedBytes + bytes - l.AllowBytes
@@ -152,12 +192,9 @@ func (fs *FS) charge(h *held, t *tx, realm uint64, bytes, inodes int64) error {
 		short.inodes = l.UsedInodes + inodes - l.AllowInodes
 	}
 	if short.bytes > 0 || short.inodes > 0 {
-		return short
+		return nil, nil, short
 	}
-	l.UsedBytes += bytes
-	l.UsedInodes += inodes
-	layout.EncodeQuotaLedger(b, realm, k, layout.Version(b), l)
-	return nil
+	return l, b, nil
 }
 
 // quotaShortOf reports whether err asks for more allowance.
@@ -394,25 +431,25 @@ func grant(rb *realmBlocks, me int, d quotaDim, all bool) (bool, error) {
 // link goes (nlink 0), at once even if it stays open: it leaves the realm
 // (an open unlinked file is counted nowhere until it is freed).
 func (fs *FS) unchargeLast(h *held, t *tx, in *layout.Inode) error {
-	if in.Nlink > 0 || in.Realm == 0 {
+	if in.Nlink > 0 || in.Realms[0] == 0 {
 		return nil
 	}
-	if err := fs.charge(h, t, in.Realm, -chargedBytes(in), -1); err != nil {
+	if err := fs.charge(h, t, in.Realms, -chargedBytes(in), -1); err != nil {
 		return err
 	}
-	in.Realm = 0
+	in.Realms = realms{}
 	return nil
 }
 
 // crossRealm refuses a rename that moves an inode between quota realms
 // (ErrCrossDevice: `mv` copies instead, which counts it).
 func crossRealm(sd uint64, sdin *layout.Inode, srcIno uint64, sin *layout.Inode, dd uint64, ddin, din *layout.Inode, flags uint32) error {
-	if to := innerRealm(dd, ddin); sin.Realm != to {
-		return fmt.Errorf("%w: inode %d of quota realm %d into realm %d", ErrCrossDevice, srcIno, sin.Realm, to)
+	if to := innerRealms(dd, ddin); sin.Realms != to {
+		return fmt.Errorf("%w: inode %d of quota realms %v into realms %v", ErrCrossDevice, srcIno, sin.Realms[:depth(sin.Realms)], to[:depth(to)])
 	}
 	if flags&RenameExchange != 0 && din != nil {
-		if to := innerRealm(sd, sdin); din.Realm != to {
-			return fmt.Errorf("%w: an exchange between quota realms %d and %d", ErrCrossDevice, din.Realm, to)
+		if to := innerRealms(sd, sdin); din.Realms != to {
+			return fmt.Errorf("%w: an exchange between quota realms %v and %v", ErrCrossDevice, din.Realms[:depth(din.Realms)], to[:depth(to)])
 		}
 	}
 	return nil

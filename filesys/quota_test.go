@@ -202,15 +202,21 @@ func TestQuotaNonsense(t *testing.T) {
 	if err := fs.Setxattr(ctx, f.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrNotDir) {
 		t.Errorf("quota on a file: %v", err)
 	}
-	if err := fs.Setxattr(ctx, inner.Ino, QuotaXattr, []byte("bytes=10"), 0); err != nil {
-		t.Fatal(err)
+	// Quotas nest RealmsMax deep: d/inner/l2/l3 take one each, a fifth
+	// level (below l3, or above d) is refused.
+	l2, _ := fs.Mkdir(ctx, inner.Ino, "l2", 0o755, c)
+	l3, _ := fs.Mkdir(ctx, l2.Ino, "l3", 0o755, c)
+	l4, _ := fs.Mkdir(ctx, l3.Ino, "l4", 0o755, c)
+	for _, x := range []uint64{inner.Ino, l3.Ino, d.Ino, l2.Ino} {
+		if err := fs.Setxattr(ctx, x, QuotaXattr, []byte("bytes=1000"), 0); err != nil {
+			t.Fatalf("quota on %d: %v", x, err)
+		}
 	}
-	if err := fs.Setxattr(ctx, d.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a quota above a quota: %v", err)
+	if err := fs.Setxattr(ctx, l4.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a fifth quota below: %v", err)
 	}
-	sub, _ := fs.Mkdir(ctx, inner.Ino, "sub", 0o755, c)
-	if err := fs.Setxattr(ctx, sub.Ino, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
-		t.Errorf("a quota below a quota: %v", err)
+	if err := fs.Setxattr(ctx, RootIno, QuotaXattr, []byte("bytes=10"), 0); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a fifth quota above: %v", err)
 	}
 	if err := fs.Setxattr(ctx, inner.Ino, RbytesXattr, []byte("0"), 0); !errors.Is(err, ErrNotPermitted) {
 		t.Errorf("setting rbytes: %v", err)
@@ -218,11 +224,13 @@ func TestQuotaNonsense(t *testing.T) {
 	if err := fs.Setxattr(ctx, inner.Ino, QuotaUserXattr, []byte("bytes=1000000"), 0); !errors.Is(err, ErrNotPermitted) {
 		t.Errorf("setting the quota through the user namespace: %v", err)
 	}
-	if _, err := fs.Getxattr(ctx, d.Ino, RbytesXattr); !errors.Is(err, ErrNoAttr) {
+	if _, err := fs.Getxattr(ctx, l4.Ino, RbytesXattr); !errors.Is(err, ErrNoAttr) {
 		t.Errorf("rbytes of a directory without quota: %v", err)
 	}
-	if v, err := fs.Getxattr(ctx, inner.Ino, RfilesXattr); err != nil || string(v) != "1" {
-		t.Errorf("rfiles = %q, %v", v, err)
+	for x, want := range map[uint64]string{d.Ino: "4", inner.Ino: "3", l2.Ino: "2", l3.Ino: "1"} {
+		if v, err := fs.Getxattr(ctx, x, RfilesXattr); err != nil || string(v) != want {
+			t.Errorf("rfiles of %d = %q, %v; want %s", x, v, err, want)
+		}
 	}
 }
 
@@ -407,7 +415,7 @@ func TestQuotaCountResumes(t *testing.T) {
 	if counting, err := fs.setQuotaHead(ctx, d.Ino, QuotaLimits{Bytes: u64(1 << 20)}); err != nil || !counting {
 		t.Fatalf("first set: counting %v, %v", counting, err)
 	}
-	if err := fs.tagEntry(ctx, d.Ino, d.Ino, "s1"); err != nil {
+	if err := fs.tagEntry(ctx, d.Ino, realms{}, d.Ino, "s1"); err != nil {
 		t.Fatal(err)
 	}
 	info, _ := fs.QuotaInfo(ctx, d.Ino)
@@ -448,7 +456,13 @@ func TestQuotaRandomTwoNodes(t *testing.T) {
 	if err := nodes[1].SetQuota(ctx, d.Ino, QuotaLimits{Bytes: u64(limitB), Inodes: u64(limitI)}); err != nil {
 		t.Fatal(err)
 	}
-	dirs := []uint64{d.Ino}
+	// A nested quota, smaller.
+	in, _ := nodes[0].Mkdir(ctx, d.Ino, "inner", 0o755, c)
+	const innerB, innerI = 1 << 20, 15
+	if err := nodes[0].SetQuota(ctx, in.Ino, QuotaLimits{Bytes: u64(innerB), Inodes: u64(innerI)}); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []uint64{d.Ino, in.Ino}
 	names := func(fs *FS, dir uint64) []DirEntry {
 		ents, _, _ := fs.ReadDir(ctx, dir, 0, 1000)
 		return ents
@@ -498,13 +512,14 @@ func TestQuotaRandomTwoNodes(t *testing.T) {
 				err = fs.Rename(ctx, dir, e.Name, to, name, 0)
 			}
 		}
-		if err != nil && !errors.Is(err, ErrQuota) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) {
+		if err != nil && !errors.Is(err, ErrQuota) && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrExists) && !errors.Is(err, ErrCrossDevice) {
 			t.Fatalf("step %d: %v", step, err)
 		}
 		if step%50 == 49 {
 			info := checkUsage(t, nodes[rng.IntN(2)], d.Ino)
-			if info.UsedBytes > limitB || info.UsedInodes > limitI {
-				t.Fatalf("step %d: usage %+v over the limits", step, info)
+			inner := checkUsage(t, nodes[rng.IntN(2)], in.Ino)
+			if info.UsedBytes > limitB || info.UsedInodes > limitI || inner.UsedBytes > innerB || inner.UsedInodes > innerI {
+				t.Fatalf("step %d: usage %+v, inner %+v, over the limits", step, info, inner)
 			}
 		}
 	}
@@ -514,5 +529,71 @@ func TestQuotaRandomTwoNodes(t *testing.T) {
 	}
 	hub.drop("a")
 	info := checkUsage(t, nodes[1], d.Ino)
+	checkUsage(t, nodes[1], in.Ino)
 	t.Logf("after the crash: %d bytes, %d inodes", info.UsedBytes, info.UsedInodes)
+}
+
+// TestQuotaNested: a quota inside a quota: each holds, an inode counts in
+// both, deleting frees both, moves between them are EXDEV, and a quota
+// set above an existing one counts through it.
+func TestQuotaNested(t *testing.T) {
+	ctx := context.Background()
+	fs := openSolo(t, formatted(t), "a")
+	defer fs.Close(ctx)
+	c := Caller{}
+	o, _ := fs.Mkdir(ctx, RootIno, "o", 0o755, c)
+	q, _ := fs.Mkdir(ctx, o.Ino, "q", 0o755, c)
+	sib, _ := fs.Mkdir(ctx, o.Ino, "s", 0o755, c)
+	if err := fs.SetQuota(ctx, o.Ino, QuotaLimits{Bytes: u64(1 << 20)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SetQuota(ctx, q.Ino, QuotaLimits{Bytes: u64(600_000)}); err != nil {
+		t.Fatal(err)
+	}
+	fq, _ := fs.Create(ctx, q.Ino, "f", 0o644, c, true)
+	if n, err := fill(fs, fq.Ino, 50_000); !errors.Is(err, ErrQuota) || n != 600_000 {
+		t.Fatalf("inner quota: %d bytes, then %v", n, err)
+	}
+	fsib, _ := fs.Create(ctx, sib.Ino, "f", 0o644, c, true)
+	if n, err := fill(fs, fsib.Ino, 4096); !errors.Is(err, ErrQuota) || n+600_000 > 1<<20 || n+600_000 <= 1<<20-4096 {
+		t.Fatalf("outer quota: %d bytes beside the inner 600000, then %v", n, err)
+	}
+	checkUsage(t, fs, o.Ino)
+	checkUsage(t, fs, q.Ino)
+	if err := fs.Rename(ctx, sib.Ino, "f", q.Ino, "g", 0); !errors.Is(err, ErrCrossDevice) {
+		t.Fatalf("into the inner quota: %v", err)
+	}
+	if err := fs.Rename(ctx, q.Ino, "f", o.Ino, "g", 0); !errors.Is(err, ErrCrossDevice) {
+		t.Fatalf("out of the inner quota: %v", err)
+	}
+	if err := fs.Rename(ctx, sib.Ino, "f", o.Ino, "g", 0); err != nil {
+		t.Fatalf("within the outer quota: %v", err)
+	}
+	// Deleting in the inner quota frees the outer one too.
+	if err := fs.Unlink(ctx, q.Ino, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fs.Write(ctx, fsib.Ino, 0, make([]byte, 500_000), 0, false); err != nil {
+		t.Fatalf("the outer quota after a delete in the inner: %v", err)
+	}
+	checkUsage(t, fs, o.Ino)
+	checkUsage(t, fs, q.Ino)
+	// A quota set above existing ones counts through them.
+	top, _ := fs.Mkdir(ctx, RootIno, "top", 0o755, c)
+	if err := fs.Rename(ctx, RootIno, "o", top.Ino, "o", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.SetQuota(ctx, top.Ino, QuotaLimits{Inodes: u64(100)}); err != nil {
+		t.Fatal(err)
+	}
+	info := checkUsage(t, fs, top.Ino)
+	if info.UsedInodes != 4 {
+		t.Fatalf("top counts %d inodes, want o, q, s, g", info.UsedInodes)
+	}
+	if _, err := fs.Create(ctx, q.Ino, "new", 0o644, c, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []uint64{top.Ino, o.Ino, q.Ino} {
+		checkUsage(t, fs, r)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,11 +97,12 @@ func quotaString(bytes, inodes uint64) string {
 
 // SetQuota sets directory ino's quota limits. The first quota of a
 // directory makes it a realm root and counts what is below it (a walk of
-// the subtree; its usage grows as the walk goes). A directory inside a
-// realm, or with a realm below it, is refused (ErrInvalid: nested quotas
-// are not supported). A limit below the usage is accepted: nothing more
-// is admitted until the usage falls below it. Removing both limits keeps
-// the directory a realm, its usage counted (rbytes, rfiles).
+// the subtree; its usage grows as the walk goes). Quotas nest: an inode
+// is counted in every realm it is below, at most layout.RealmsMax of
+// them; a quota that would put an inode in more is refused (ErrInvalid).
+// A limit below the usage is accepted: nothing more is admitted until the
+// usage falls below it. Removing both limits keeps the directory a realm,
+// its usage counted (rbytes, rfiles).
 func (fs *FS) SetQuota(ctx context.Context, ino uint64, q QuotaLimits) error {
 	in, err := fs.readInode(ctx, ino)
 	if err != nil {
@@ -112,11 +114,15 @@ func (fs *FS) SetQuota(ctx context.Context, ino uint64, q QuotaLimits) error {
 	first := in.Flags&layout.FlagQuota == 0
 	if first {
 		// Refuse before anything changes (a quota set below meanwhile
-		// is refused by the walk).
+		// that leaves no room is refused by the walk).
 		if err := fs.quotaWalk(ctx, ino, func(_ uint64, name string, e uint64) error {
 			x, err := fs.readInode(ctx, e)
+			room := layout.RealmsMax // it gets one more realm
 			if err == nil && x.Flags&layout.FlagQuota != 0 {
-				return fmt.Errorf("%w: nested quotas are not supported: %q (inode %d) below directory %d has a quota", ErrInvalid, name, e, ino)
+				room-- // and what is created in it one more than that
+			}
+			if err == nil && depth(x.Realms) >= room {
+				return fmt.Errorf("%w: quotas nest at most %d deep: %q (inode %d) below directory %d is in %d quotas already", ErrInvalid, layout.RealmsMax, name, e, ino, depth(x.Realms))
 			}
 			if errors.Is(err, ErrNotFound) {
 				err = nil
@@ -131,7 +137,7 @@ func (fs *FS) SetQuota(ctx context.Context, ino uint64, q QuotaLimits) error {
 		return err
 	}
 	if err := fs.quotaWalk(ctx, ino, func(d uint64, name string, _ uint64) error {
-		return fs.tagEntry(ctx, ino, d, name)
+		return fs.tagEntry(ctx, ino, in.Realms, d, name)
 	}); err != nil {
 		return err
 	}
@@ -163,8 +169,8 @@ func quotaRootable(ino uint64, in *layout.Inode) error {
 	switch {
 	case !isDir(in):
 		return fmt.Errorf("%w: a quota is set on a directory, inode %d is not one", ErrNotDir, ino)
-	case in.Realm != 0:
-		return fmt.Errorf("%w: nested quotas are not supported: directory %d is inside the quota of directory %d", ErrInvalid, ino, in.Realm)
+	case depth(in.Realms) >= layout.RealmsMax:
+		return fmt.Errorf("%w: quotas nest at most %d deep: directory %d is inside %d quotas already (%v)", ErrInvalid, layout.RealmsMax, ino, depth(in.Realms), in.Realms)
 	}
 	return nil
 }
@@ -261,8 +267,10 @@ func (fs *FS) quotaWalk(ctx context.Context, root uint64, visit func(d uint64, n
 
 // tagEntry puts what name in directory d names into realm (counting it
 // there) unless it is in it already: it is then counted already (it was
-// created in the realm, or tagged before).
-func (fs *FS) tagEntry(ctx context.Context, realm, d uint64, name string) error {
+// created in the realm, or tagged before). outer are the realms the root
+// of realm is in: those of every inode below it end with them, and realm
+// goes before them.
+func (fs *FS) tagEntry(ctx context.Context, realm uint64, outer realms, d uint64, name string) error {
 	e, err := fs.lookupEntry(ctx, d, name)
 	if errors.Is(err, ErrNotFound) {
 		return nil
@@ -286,13 +294,21 @@ func (fs *FS) tagEntry(ctx context.Context, realm, d uint64, name string) error 
 	if err != nil {
 		return err
 	}
-	switch {
-	case in.Realm == realm:
+	if slices.Contains(in.Realms[:], realm) {
 		return nil
-	case in.Flags&layout.FlagQuota != 0:
-		return fmt.Errorf("%w: nested quotas are not supported: %q (inode %d) got a quota while directory %d's was set up", ErrInvalid, name, e.Ino, realm)
 	}
-	in.Realm = realm
+	n, k := depth(in.Realms), depth(outer)
+	switch {
+	case n < k || !slices.Equal(in.Realms[n-k:n], outer[:k]):
+		return fmt.Errorf("%w: %q (inode %d) is in quotas %v, not below those of directory %d (%v): a quota changed above meanwhile; set it again", ErrInvalid, name, e.Ino, in.Realms[:n], realm, outer[:k])
+	case n >= layout.RealmsMax:
+		return fmt.Errorf("%w: quotas nest at most %d deep: %q (inode %d) is in %d quotas already", ErrInvalid, layout.RealmsMax, name, e.Ino, n)
+	}
+	var rs realms
+	copy(rs[:], in.Realms[:n-k])
+	rs[n-k] = realm
+	copy(rs[n-k+1:], outer[:k])
+	in.Realms = rs
 	if err := fs.chargeCounted(ctx, h, t, realm, chargedBytes(in), 1); err != nil {
 		return err
 	}

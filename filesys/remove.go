@@ -240,8 +240,8 @@ func (fs *FS) Link(ctx context.Context, ino, parent uint64, name string) (Attr, 
 		return Attr{}, fmt.Errorf("%w: inode %d has %d links", ErrTooManyLinks, ino, in.Nlink)
 	case in.Nlink == 0:
 		return Attr{}, fmt.Errorf("%w: inode %d was unlinked", ErrNotFound, ino)
-	case in.Realm != innerRealm(parent, pin):
-		return Attr{}, fmt.Errorf("%w: a link from quota realm %d into realm %d", ErrCrossDevice, in.Realm, innerRealm(parent, pin))
+	case in.Realms != innerRealms(parent, pin):
+		return Attr{}, fmt.Errorf("%w: a link between quota realms (%v, %v)", ErrCrossDevice, in.Realms, innerRealms(parent, pin))
 	}
 	if err := d.Insert(dirBlocks{t, parent}, dir.Entry{Name: name, Ino: ino, Type: uint8(in.Mode >> 12)}); err != nil {
 		return Attr{}, dirError(err, name)

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/plumeria-fs/plumeria/filesys"
+	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/timetravel"
 )
 
@@ -27,7 +28,8 @@ and inodes (its files, directories, symlinks and nodes). Every node
 enforces it exactly: a write, create or truncate that would take the tree
 past a limit fails with EDQUOT ("Disk quota exceeded"), and deleting frees
 at once. Renames and hard links into or out of a quota directory fail with
-EXDEV (mv then copies). Quotas do not nest. The quota is the extended
+EXDEV (mv then copies). Quotas nest (4 deep): a file counts in every quota
+above it. The quota is the extended
 attribute ` + filesys.QuotaXattr + ` (root sets it; anyone reads it as
 ` + filesys.QuotaUserXattr + `); ` + filesys.RbytesXattr + ` and ` + filesys.RfilesXattr + ` read the usage.
 See docs/quotas.md.`,
@@ -171,7 +173,7 @@ func quotaSetError(dir, spec string, err error) error {
 	case errors.Is(err, unix.ENOTSUP):
 		return fmt.Errorf("quota set %s: the mount does not take extended attributes (not a Plumeria mount?)", dir)
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("quota set %s: refused (%s): quotas do not nest: a directory above or below %s has one (the fs node's log names it): %w", dir, spec, dir, err)
+		return fmt.Errorf("quota set %s: refused (%s): quotas nest at most %d deep, and something below %s would be in more (or a quota above changed meanwhile: set it again): %w", dir, spec, layout.RealmsMax, dir, err)
 	case errors.Is(err, unix.ENOTDIR):
 		return fmt.Errorf("quota set %s: not a directory", dir)
 	case errors.Is(err, unix.EPERM):

@@ -128,11 +128,11 @@ type info struct {
 	hwm      uint64
 	fver     uint32
 	nlog     uint64
-	realm    uint64 // the quota realm it is counted in (0: none)
-	charged  int64  // the bytes it counts in its realm
-	quota    bool   // a directory that roots a quota realm
-	rewrite  bool   // header index wrong: re-encode if kept
-	rewriteP int    // the problem that reports it
+	realms   [layout.RealmsMax]uint64 // the quota realms it is counted in
+	charged  int64                    // the bytes it counts in its realm
+	quota    bool                     // a directory that roots a quota realm
+	rewrite  bool                     // header index wrong: re-encode if kept
+	rewriteP int                      // the problem that reports it
 
 	reached  bool
 	links    uint32 // entries of reached directories naming it (non-directories)
@@ -594,7 +594,7 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 		return &info{bad: err.Error()}, nil
 	}
 	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog,
-		realm: in.Realm, quota: in.Flags&layout.FlagQuota != 0}
+		realms: in.Realms, quota: in.Flags&layout.FlagQuota != 0}
 	if t := in.Mode & typeMask; t == typeReg || t == typeLnk {
 		x.charged = int64(in.Size)
 	}

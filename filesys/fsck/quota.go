@@ -8,10 +8,11 @@ import (
 )
 
 // checkQuotas recounts every quota realm (layout/quota.go) from the
-// inodes the walk reached and compares the sum of its ledgers. With
-// Repair a wrong realm is rewritten: its usage in one ledger, every
-// allowance taken back (no node is mounted); an inode whose realm is no
-// quota directory leaves it.
+// inodes the walk reached (each counts in every realm it lists) and
+// compares the sum of its ledgers. With Repair a wrong realm is
+// rewritten: its usage in one ledger, every allowance taken back (no node
+// is mounted); an inode that lists a realm that is no quota directory
+// leaves it.
 func (c *checker) checkQuotas() error {
 	type usage struct{ bytes, inodes int64 }
 	counts := map[uint64]*usage{}
@@ -22,33 +23,41 @@ func (c *checker) checkQuotas() error {
 	}
 	inos := make([]uint64, 0, len(c.inodes))
 	for ino, x := range c.inodes {
-		if x.bad == "" && x.mode != 0 && x.realm != 0 {
-			inos = append(inos, ino)
+		if x.bad == "" && x.mode != 0 && x.realms[0] != 0 && x.reached {
+			inos = append(inos, ino) // not reached: an orphan, in no realm once unlinked
 		}
 	}
 	slices.Sort(inos)
 	for _, ino := range inos {
 		x := c.inodes[ino]
-		if u := counts[x.realm]; u != nil && x.reached {
-			u.bytes += x.charged
-			u.inodes++
+		var keep [layout.RealmsMax]uint64
+		n := 0
+		for _, r := range x.realms {
+			if r == 0 {
+				break
+			}
+			if u := counts[r]; u != nil {
+				u.bytes += x.charged
+				u.inodes++
+				keep[n] = r
+				n++
+			}
+		}
+		if keep == x.realms {
 			continue
 		}
-		if !x.reached {
-			continue // an orphan: counted in no realm once unlinked
-		}
-		p := c.problem("inode %d: counted in quota realm %d, which is no quota directory", ino, x.realm)
+		p := c.problem("inode %d: counted in quota realms %v, of which only %v are quota directories", ino, x.realms, keep[:n])
 		if c.opts.Repair {
 			in, v, err := c.readInode(ino)
 			if err != nil {
 				return fmt.Errorf("inode %d: %w", ino, err)
 			}
-			in.Realm = 0
+			in.Realms = keep
 			if err := c.writeInode(ino, v+1, in); err != nil {
 				return err
 			}
-			x.realm = 0
-			c.repaired(p, "realm cleared")
+			x.realms = keep
+			c.repaired(p, "realms kept: those of quota directories")
 		}
 	}
 	roots := make([]uint64, 0, len(counts))

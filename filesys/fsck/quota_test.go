@@ -30,6 +30,13 @@ func TestQuotaRecount(t *testing.T) {
 	f := must(fs.Create(ctx, d.Ino, "f", 0o644, c, true))
 	must(fs.Write(ctx, f.Ino, 0, make([]byte, 12345), 0, false))
 	must(fs.Symlink(ctx, d.Ino, "l", "abc", c))
+	// A nested quota: its file counts in both.
+	n := must(fs.Mkdir(ctx, d.Ino, "n", 0o755, c))
+	if err := fs.SetQuota(ctx, n.Ino, filesys.QuotaLimits{Bytes: &lim}); err != nil {
+		t.Fatal(err)
+	}
+	nf := must(fs.Create(ctx, n.Ino, "nf", 0o644, c, true))
+	must(fs.Write(ctx, nf.Ino, 0, make([]byte, 1000), 0, false))
 	g := must(fs.Create(ctx, other.Ino, "g", 0o644, c, true))
 	if err := fs.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -50,14 +57,14 @@ func TestQuotaRecount(t *testing.T) {
 	l.UsedBytes += 100
 	layout.EncodeQuotaLedger(b, d.Ino, 1+s, layout.Version(b)+1, l)
 	dev.WriteData(ctx, b, layout.QuotaAddr(d.Ino, 1+s))
-	editInode(t, dev, g.Ino, func(in *layout.Inode) { in.Realm = other.Ino })
+	editInode(t, dev, g.Ino, func(in *layout.Inode) { in.Realms[0] = other.Ino })
 
 	rep, err = Check(ctx, dev, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := lines(rep)
-	for _, want := range []string{"a recount 12348 bytes and 2 inodes", "which is no quota directory"} {
+	for _, want := range []string{"a recount 13348 bytes and 4 inodes", "of which only [] are quota directories"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("problems lack %q:\n%s", want, text)
 		}
@@ -73,7 +80,10 @@ func TestQuotaRecount(t *testing.T) {
 	fs = openFS(t, dev, "q2", 0)
 	defer fs.Close(ctx)
 	info, err := fs.QuotaInfo(ctx, d.Ino)
-	if err != nil || info.UsedBytes != 12348 || info.UsedInodes != 2 || info.LimitBytes != lim {
+	if err != nil || info.UsedBytes != 13348 || info.UsedInodes != 4 || info.LimitBytes != lim {
 		t.Fatalf("after repair: %+v, %v", info, err)
+	}
+	if info, err := fs.QuotaInfo(ctx, n.Ino); err != nil || info.UsedBytes != 1000 || info.UsedInodes != 1 {
+		t.Fatalf("nested after repair: %+v, %v", info, err)
 	}
 }

@@ -48,7 +48,7 @@ var ErrCorrupt = errors.New("layout: corrupt block")
 // which is right: no version made yet).
 //
 // Format version 3 (directory quotas, issue K) adds, on the same
-// geometry: the realm field of inode headers and FlagQuota
+// geometry: the realms field of inode headers and FlagQuota
 // (layout/inode.go), and the quota blocks at QuotaBase (layout/quota.go).
 // A version-2 volume has no quota and zero realms, which is right for
 // version 3: `plumeria fsck --upgrade` only rewrites the superblock. A

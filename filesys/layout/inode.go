@@ -46,9 +46,10 @@ import (
 // closed at closed (unix ns) by node (its first 12 bytes); the record is
 // written before the file next changes or is freed (filesys/versions.go).
 // Format version 3 adds FlagQuota (a directory that roots a quota realm)
-// and the realm field in the inode's header (header.go): the number of
-// the quota realm root the inode is counted in, 0 for none. A quota
-// root's own realm is the one around it (0: nested quotas are refused).
+// and the realms field in the inode's header (header.go): the numbers of
+// the quota realm roots the inode is counted in, innermost first, up to
+// RealmsMax, the rest 0 (all 0: none). A quota root's own realms are
+// those around it.
 // Part of format version 3: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
@@ -61,6 +62,8 @@ const (
 
 	NodeBytes = 12 // of a node's name kept in the inode
 
+	RealmsMax = 4 // quota realms one inode is counted in (nested quotas)
+
 	XattrNameMax = 255
 )
 
@@ -68,11 +71,11 @@ const (
 type Inode struct {
 	Mode, Nlink, Uid, Gid, Rdev, Flags uint32
 	Size, HWM, Gen, Parent             uint64
-	FVer                               uint32 // newest file version (format 2)
-	NLog                               uint64 // name log bytes (format 2)
-	Closed                             int64  // FlagPending: when version FVer was made (unix ns)
-	Realm                              uint64 // quota realm root (format 3; 0: none)
-	Node                               string // FlagPending: who made it (at most NodeBytes)
+	FVer                               uint32            // newest file version (format 2)
+	NLog                               uint64            // name log bytes (format 2)
+	Closed                             int64             // FlagPending: when version FVer was made (unix ns)
+	Realms                             [RealmsMax]uint64 // quota realm roots, innermost first (format 3)
+	Node                               string            // FlagPending: who made it (at most NodeBytes)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
 	Xattrs                             []Xattr
@@ -116,7 +119,9 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	clear(b)
 	PutHeader(b, Header{Kind: KindInode, Version: version, Owner: ino})
 	le := binary.LittleEndian
-	le.PutUint64(b[realmOff:], in.Realm)
+	for i, r := range in.Realms {
+		le.PutUint64(b[realmOff+8*i:], r)
+	}
 	p := b[HeaderBytes:]
 	le.PutUint32(p[0:], in.Mode)
 	le.PutUint32(p[4:], in.Nlink)
@@ -183,12 +188,18 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 		Mode: le.Uint32(p[0:]), Nlink: le.Uint32(p[4:]), Uid: le.Uint32(p[8:]), Gid: le.Uint32(p[12:]),
 		Rdev: le.Uint32(p[16:]), Flags: le.Uint32(p[20:]),
 		Size: le.Uint64(p[24:]), HWM: le.Uint64(p[32:]), Gen: le.Uint64(p[40:]), Parent: le.Uint64(p[88:]), FVer: le.Uint32(p[96:]), NLog: le.Uint64(p[100:]), Closed: int64(le.Uint64(p[108:])),
-		Node: strings.TrimRight(string(p[116:128]), "\x00"), Realm: le.Uint64(b[realmOff:]),
+		Node:  strings.TrimRight(string(p[116:128]), "\x00"),
 		Atime: getTime(p[48:]), Mtime: getTime(p[60:]), Ctime: getTime(p[72:]),
 	}
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
-	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes || in.Realm >= InodesMax {
+	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes {
 		return nil, 0, fmt.Errorf("%w: inode %d sizes (inline %d, xattrs %d, size %d)", ErrCorrupt, ino, nIn, nX, in.Size)
+	}
+	for i := range in.Realms {
+		in.Realms[i] = le.Uint64(b[realmOff+8*i:])
+		if in.Realms[i] >= InodesMax || i > 0 && in.Realms[i] != 0 && in.Realms[i-1] == 0 {
+			return nil, 0, fmt.Errorf("%w: inode %d quota realms %v", ErrCorrupt, ino, in.Realms)
+		}
 	}
 	q := p[inodeFieldsBytes:]
 	if nIn > 0 {

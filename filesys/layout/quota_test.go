@@ -34,16 +34,24 @@ func TestQuotaBlocksRoundTrip(t *testing.T) {
 		t.Fatalf("a never-written ledger: %+v %v", gl, err)
 	}
 	// An inode's realm survives its block.
-	in := &Inode{Mode: 0o100644, Nlink: 1, Realm: 77}
+	in := &Inode{Mode: 0o100644, Nlink: 1, Realms: [RealmsMax]uint64{77, 5, 1}}
 	if err := EncodeInode(b, 9, 1, in); err != nil {
 		t.Fatal(err)
 	}
-	if got, _, err := DecodeInode(b, 9); err != nil || got.Realm != 77 {
-		t.Fatalf("inode realm: %+v %v", got, err)
+	if got, _, err := DecodeInode(b, 9); err != nil || got.Realms != in.Realms {
+		t.Fatalf("inode realms: %+v %v", got, err)
 	}
-	b[realmOff+3] = 0xff // a realm no inode number can be
-	if _, _, err := DecodeInode(b, 9); !errors.Is(err, ErrCorrupt) {
+	c := append([]byte(nil), b...)
+	c[realmOff+3] = 0xff // a realm no inode number can be
+	if _, _, err := DecodeInode(c, 9); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("inode with realm out of range: %v", err)
+	}
+	c = append([]byte(nil), b...)
+	c[realmOff+8] = 0 // a hole in the chain
+	c[realmOff+16] = 0
+	c[realmOff+24] = 3
+	if _, _, err := DecodeInode(c, 9); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("inode with a hole in its realms: %v", err)
 	}
 }
 

@@ -142,8 +142,6 @@ func quotaNonsense(t *testing.T, c *cluster, mnt, q string) {
 		{[]string{"quota", "set", q}, "give --bytes and/or --inodes"},
 		{[]string{"quota", "set", f, "--bytes", "1MiB"}, "is not a directory"},
 		{[]string{"quota", "set", t.TempDir(), "--bytes", "1MiB"}, "Plumeria"},
-		{[]string{"quota", "set", filepath.Join(q, "sub"), "--bytes", "1MiB"}, "do not nest"},
-		{[]string{"quota", "set", mnt, "--bytes", "1MiB"}, "do not nest"},
 		{[]string{"quota", "show", mnt}, "has no quota"},
 	} {
 		r := c.run(cliTimeout, nil, k.args...)
@@ -164,7 +162,18 @@ func quotaNonsense(t *testing.T, c *cluster, mnt, q string) {
 	if err := os.Rename(filepath.Join(q, "before"), filepath.Join(mnt, "before")); !errors.Is(err, unix.EXDEV) {
 		t.Errorf("rename out of the quota: %v, want EXDEV", err)
 	}
-	os.Remove(filepath.Join(q, "sub"))
+	// A quota inside the quota holds too, and counts in both.
+	sub := filepath.Join(q, "sub")
+	c.cli("quota", "set", sub, "--bytes", "100KiB")
+	if err := os.WriteFile(filepath.Join(sub, "big"), make([]byte, 200<<10), 0o644); !errors.Is(err, unix.EDQUOT) {
+		t.Errorf("200 KiB under a nested quota of 100 KiB: %v", err)
+	}
+	inner := quotaExact(t, c, sub, sub)
+	if outer := quotaExact(t, c, q, q); inner.UsedBytes > 100<<10 || outer.UsedBytes != 1000+inner.UsedBytes || outer.UsedInodes != 2+inner.UsedInodes {
+		t.Errorf("nested: inner %+v, outer %+v", inner, outer)
+	}
+	os.Remove(filepath.Join(sub, "big"))
+	os.Remove(sub)
 }
 
 // quotaFill writes files prefix0, prefix1, ... of up to 4 MiB in dir in
