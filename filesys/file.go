@@ -123,6 +123,14 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64, u
 // its end with appendMode). The bytes are on the volume before the inode
 // change that covers them is logged (ordered data).
 func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (int, error) {
+	n, err := fs.write(ctx, ino, gen, p, off, appendMode)
+	if !quotaShortOf(err) {
+		return n, err // outside any realm the quota costs one comparison (charge)
+	}
+	return withQuota(ctx, fs, func() (int, error) { return fs.write(ctx, ino, gen, p, off, appendMode) })
+}
+
+func (fs *FS) write(ctx context.Context, ino, gen uint64, p []byte, off uint64, appendMode bool) (int, error) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
 		return 0, err
@@ -149,6 +157,10 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 	if len(p) == 0 {
 		return 0, nil
 	}
+	grown := int64(max(end, in.Size) - in.Size)
+	if err := fs.charge(h, t, in.Realms, grown, 0); err != nil {
+		return 0, err // before the bytes are accepted (written behind)
+	}
 	// Inside the size of a file already in its extent, a write shows
 	// nothing new: its record need not wait for the data (data.go).
 	// (openVersion may say otherwise: a version record it writes.)
@@ -172,7 +184,7 @@ func (fs *FS) Write(ctx context.Context, ino, gen uint64, p []byte, off uint64, 
 				// Some replicas may hold the bytes: past the size they
 				// must be cleared if the file grows over them.
 				in.HWM = max(in.HWM, end)
-				if perr := t.putInode(ino, in); perr == nil {
+				if perr := t.putInode(ino, in); perr == nil && fs.charge(h, t, in.Realms, -grown, 0) == nil {
 					t.commit()
 				}
 				return 0, err
@@ -317,6 +329,10 @@ func (fs *FS) wrap(err error, what string, addr uint64) error {
 
 // Setattr changes inode ino's attributes.
 func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error) {
+	return withQuota(ctx, fs, func() (Attr, error) { return fs.setattr(ctx, ino, set) })
+}
+
+func (fs *FS) setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error) {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
 		return Attr{}, err
@@ -336,6 +352,9 @@ func (fs *FS) Setattr(ctx context.Context, ino uint64, set SetAttr) (Attr, error
 			return Attr{}, fmt.Errorf("%w: truncate of inode %d of type %o", ErrInvalid, ino, in.Mode&typeMask)
 		}
 		if *set.Size != in.Size {
+			if err := fs.charge(h, t, in.Realms, int64(*set.Size)-int64(in.Size), 0); err != nil {
+				return Attr{}, err
+			}
 			if err := fs.truncate(ctx, t, ino, in, *set.Size); err != nil {
 				return Attr{}, err
 			}
@@ -453,6 +472,11 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mod
 	default:
 		return fmt.Errorf("%w: fallocate mode %#x", ErrNotSupported, mode)
 	}
+	_, err := withQuota(ctx, fs, func() (struct{}, error) { return struct{}{}, fs.fallocate(ctx, ino, off, end, mode) })
+	return err
+}
+
+func (fs *FS) fallocate(ctx context.Context, ino uint64, off, end uint64, mode uint32) error {
 	h, err := fs.acquire(ctx, r(barrierLock), w(inodeLock(ino)))
 	if err != nil {
 		return err
@@ -479,6 +503,9 @@ func (fs *FS) Fallocate(ctx context.Context, ino uint64, off, length uint64, mod
 		}
 	}
 	if mode&fallocKeepSize == 0 && end > in.Size {
+		if err := fs.charge(h, t, in.Realms, int64(end-in.Size), 0); err != nil {
+			return err
+		}
 		if err := fs.truncate(ctx, t, ino, in, end); err != nil {
 			return err
 		}

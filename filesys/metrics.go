@@ -88,6 +88,7 @@ type stats struct {
 	recoveryBlocks                prometheus.Counter
 	pageHits, pageMisses          prometheus.Counter
 	pageBytes                     prometheus.Gauge
+	quotaGrows, quotaRefused      prometheus.Counter // quota.go
 
 	writeStart time.Time // the log's writer goroutine only: BeforeWrite to AfterWrite
 
@@ -116,7 +117,8 @@ func newStats(r prometheus.Registerer, volume string) *stats {
 		recoveries: counter(recoveriesOpts), recoveryFailures: counter(recoveryFailuresOpts),
 		recoverySeconds: hist(recoverySecondsOpts), recoveryBlocks: counter(recoveryBlocksOpts),
 		pageHits: counter(pageHitsOpts), pageMisses: counter(pageMissesOpts),
-		pageBytes: prom.Shared(r, prometheus.NewGaugeVec(pageBytesOpts, []string{"volume"})).WithLabelValues(volume),
+		pageBytes:  prom.Shared(r, prometheus.NewGaugeVec(pageBytesOpts, []string{"volume"})).WithLabelValues(volume),
+		quotaGrows: counter(quotaGrowsOpts), quotaRefused: counter(quotaRefusedOpts),
 	}
 	wbs := prom.Shared(r, prometheus.NewHistogramVec(writeBackOpts, []string{"volume", "reason"}))
 	wbb := prom.Shared(r, prometheus.NewCounterVec(writeBackBlocksOpts, []string{"volume", "reason"}))

@@ -285,6 +285,10 @@ type newInode struct {
 // makeNode creates name in parent (Create, Mkdir, Mknod, Symlink). With
 // excl false an existing name is returned instead (Create without O_EXCL).
 func (fs *FS) makeNode(ctx context.Context, parent uint64, name string, n newInode, excl bool) (Attr, error) {
+	return withQuota(ctx, fs, func() (Attr, error) { return fs.makeNodeOnce(ctx, parent, name, n, excl) })
+}
+
+func (fs *FS) makeNodeOnce(ctx context.Context, parent uint64, name string, n newInode, excl bool) (Attr, error) {
 	if err := checkName(name); err != nil {
 		return Attr{}, err
 	}
@@ -336,9 +340,10 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 	if err := inheritACL(parent, pin, proto, n.c); err != nil {
 		return Attr{}, 0, err
 	}
+	rs := innerRealms(parent, pin)
 	ino, in, err := fs.allocInode(t, h, g, func(ino uint64, _ *layout.Inode) *layout.Inode {
 		in := &layout.Inode{Mode: proto.Mode, Nlink: 1, Uid: n.c.Uid, Gid: n.c.Gid, Rdev: n.rdev,
-			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Xattrs: proto.Xattrs}
+			Size: n.size, Atime: now, Mtime: now, Ctime: now, Inline: n.inline, Xattrs: proto.Xattrs, Realms: rs}
 		if pin.Mode&syscall.S_ISGID != 0 {
 			in.Gid = pin.Gid
 			if isNewDir {
@@ -355,6 +360,9 @@ func (fs *FS) makeNodeIn(ctx context.Context, parent uint64, name string, n newI
 		return in
 	})
 	if err != nil {
+		return Attr{}, 0, err
+	}
+	if err := fs.charge(h, t, rs, chargedBytes(in), 1); err != nil {
 		return Attr{}, 0, err
 	}
 	if len(n.extent) > 0 {

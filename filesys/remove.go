@@ -34,6 +34,12 @@ func (fs *FS) remove(ctx context.Context, parent uint64, name string, rmdir bool
 		}
 		freed, hwm, retry, err := fs.removeLocked(ctx, h, parent, name, e.Ino, rmdir)
 		h.release()
+		if again, gerr := fs.quotaAgain(ctx, err); again || gerr != nil {
+			if gerr != nil {
+				return gerr
+			}
+			continue
+		}
 		if retry {
 			continue
 		}
@@ -92,6 +98,9 @@ func (fs *FS) removeLocked(ctx context.Context, h *held, parent uint64, name str
 	pin.Mtime, pin.Ctime = now, now
 	cin.Ctime = now
 	o.mark(parent)
+	if err := fs.unchargeLast(h, t, cin); err != nil {
+		return false, 0, false, err
+	}
 	if cin.Nlink > 0 || (!rmdir && fs.keepOrphan(ctx, h, t, ino, cin.Gen)) {
 		o.mark(ino)
 	} else {
@@ -231,6 +240,8 @@ func (fs *FS) Link(ctx context.Context, ino, parent uint64, name string) (Attr, 
 		return Attr{}, fmt.Errorf("%w: inode %d has %d links", ErrTooManyLinks, ino, in.Nlink)
 	case in.Nlink == 0:
 		return Attr{}, fmt.Errorf("%w: inode %d was unlinked", ErrNotFound, ino)
+	case in.Realms != innerRealms(parent, pin):
+		return Attr{}, fmt.Errorf("%w: a link between quota realms (%v, %v)", ErrCrossDevice, in.Realms, innerRealms(parent, pin))
 	}
 	if err := d.Insert(dirBlocks{t, parent}, dir.Entry{Name: name, Ino: ino, Type: uint8(in.Mode >> 12)}); err != nil {
 		return Attr{}, dirError(err, name)

@@ -25,6 +25,12 @@ func (fs *FS) Rename(ctx context.Context, sd uint64, sname string, dd uint64, dn
 	}
 	for {
 		retry, freed, hwm, err := fs.renameOnce(ctx, sd, sname, dd, dname, flags)
+		if again, gerr := fs.quotaAgain(ctx, err); again || gerr != nil {
+			if gerr != nil {
+				return gerr
+			}
+			continue
+		}
 		if retry {
 			continue
 		}
@@ -152,6 +158,9 @@ func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string
 			return false, 0, 0, err
 		}
 	}
+	if err := crossRealm(sd, sdin, srcIno, sin, dd, ddin, din, flags); err != nil {
+		return false, 0, 0, err
+	}
 	if flags&RenameExchange != 0 {
 		if err := exchange(sdir, sb, ddir, db, se, de); err != nil {
 			return false, 0, 0, err
@@ -189,6 +198,9 @@ func (fs *FS) renameLocked(ctx context.Context, h *held, sd uint64, sname string
 				din.Nlink = 0
 			} else {
 				din.Nlink--
+			}
+			if err := fs.unchargeLast(h, t, din); err != nil {
+				return false, 0, 0, err
 			}
 			if din.Nlink == 0 && (isDir(din) || !fs.keepOrphan(ctx, h, t, dstIno, din.Gen)) {
 				delete(o.m, dstIno)

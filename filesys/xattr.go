@@ -40,6 +40,9 @@ func (fs *FS) Getxattr(ctx context.Context, ino uint64, name string) ([]byte, er
 	if name == LayoutXattr {
 		return fs.layoutXattr(ctx, ino)
 	}
+	if v, ok, err := fs.quotaGetxattr(ctx, ino, name); ok {
+		return v, err
+	}
 	h, err := fs.acquire(ctx, r(inodeLock(ino)))
 	if err != nil {
 		return nil, err
@@ -82,6 +85,9 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 	}
 	if len(value) > XattrValueBytesMax {
 		return fmt.Errorf("%w: attribute value of %d bytes", ErrAttrTooBig, len(value))
+	}
+	if ok, err := fs.quotaSetxattr(ctx, ino, name, value, false); ok {
+		return err
 	}
 	switch name {
 	case RetentionXattr:
@@ -126,6 +132,9 @@ func (fs *FS) Setxattr(ctx context.Context, ino uint64, name string, value []byt
 // Removexattr removes attribute name of ino.
 func (fs *FS) Removexattr(ctx context.Context, ino uint64, name string) (err error) {
 	if err := checkXattrName(name); err != nil {
+		return err
+	}
+	if ok, err := fs.quotaSetxattr(ctx, ino, name, nil, true); ok {
 		return err
 	}
 	switch name {

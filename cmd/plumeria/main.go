@@ -23,7 +23,7 @@ func main() {
 	}
 	root.AddCommand(serverCmd(), volumeCmd(), vdiskCmd(), brickCmd(), statusCmd(), upCmd(), benchCmd(), lockCmd(), fsxCmd(), formatCmd(), mountCmd(), gatewayCmd())
 	root.AddCommand(fsckCmd())
-	root.AddCommand(coordCmd(), doctorCmd(), snapshotCmd(), versionsCmd(), restoreCmd(), retentionCmd(), policyCmd())
+	root.AddCommand(coordCmd(), doctorCmd(), snapshotCmd(), versionsCmd(), restoreCmd(), retentionCmd(), policyCmd(), quotaCmd())
 	root.AddCommand(initCmd(), tokenCmd(), nodeCmd())
 	addTLSFlags(root)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -129,8 +129,11 @@ type info struct {
 	hwm      uint64
 	fver     uint32
 	nlog     uint64
-	rewrite  bool // header index wrong: re-encode if kept
-	rewriteP int  // the problem that reports it
+	realms   [layout.RealmsMax]uint64 // the quota realms it is counted in
+	charged  int64                    // the bytes it counts in its realm
+	quota    bool                     // a directory that roots a quota realm
+	rewrite  bool                     // header index wrong: re-encode if kept
+	rewriteP int                      // the problem that reports it
 
 	reached  bool
 	links    uint32 // entries of reached directories naming it (non-directories)
@@ -221,6 +224,9 @@ func (c *checker) run() (rerr error) {
 		return err
 	}
 	if err := c.settle(); err != nil {
+		return err
+	}
+	if err := c.checkQuotas(); err != nil {
 		return err
 	}
 	if err := c.writeGroups(); err != nil {
@@ -588,7 +594,11 @@ func checkInode(b []byte, ino uint64) (*info, []string) {
 	if err != nil {
 		return &info{bad: err.Error()}, nil
 	}
-	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog}
+	x := &info{mode: in.Mode, nlink: in.Nlink, parent: in.Parent, gen: in.Gen, hwm: in.HWM, fver: in.FVer, nlog: in.NLog,
+		realms: in.Realms, quota: in.Flags&layout.FlagQuota != 0}
+	if t := in.Mode & typeMask; t == typeReg || t == typeLnk {
+		x.charged = int64(in.Size)
+	}
 	var probs []string
 	bad := func(format string, args ...any) {
 		probs = append(probs, fmt.Sprintf("inode %d: ", ino)+fmt.Sprintf(format, args...))

@@ -12,6 +12,8 @@
 //	1 GiB              log regions: slot i at LogBase + i*32 MiB
 //	16 GiB             resource group headers: group g at RGBase + g*4 KiB
 //	1 TiB              inodes: inode n at InodeBase + n*4 KiB (one block each)
+//	32 TiB             quota realms (format 3): realm r's blocks at
+//	                   QuotaBase + r*2 MiB (quota.go; metadata)
 //	2^62               directory blocks: directory n's hash table at
 //	                   DirBase + n*2^38 (metadata: logged, versioned)
 //	2^63               extents: file n's bytes at DataBase + n*2^39, 512 GiB
@@ -44,8 +46,16 @@ var ErrCorrupt = errors.New("layout: corrupt block")
 // superblock says 2. A version-1 volume is refused until `plumeria fsck
 // --upgrade` rewrites its superblock (a version-1 inode has a zero fver,
 // which is right: no version made yet).
+//
+// Format version 3 (directory quotas, issue K) adds, on the same
+// geometry: the realms field of inode headers and FlagQuota
+// (layout/inode.go), and the quota blocks at QuotaBase (layout/quota.go).
+// A version-2 volume has no quota and zero realms, which is right for
+// version 3: `plumeria fsck --upgrade` only rewrites the superblock. A
+// build of version 2 refuses a version-3 volume (it would not keep the
+// quota ledgers).
 const (
-	FormatVersion = 2
+	FormatVersion = 3
 	BlockFormat   = 1 // the format byte of every metadata block header
 	BlockBytes    = 4096
 

@@ -7,23 +7,28 @@ import (
 
 // Every metadata block starts with this header, little-endian:
 //
-//	 0            4      5        6        8            16         24         32        64
-//	| magic "PLMB" | kind | format | unused | version u64 | owner u64 | index u64 | zero... |
+//	 0            4      5        6        8            16         24         32
+//	| magic "PLMB" | kind | format | unused | version u64 | owner u64 | index u64 | realms 4 x u64 |
 //
 // version counts the changes made to the block: the redo log records the
 // version each change produces, and replay applies a change only to a
 // block whose version is older (Frangipani §4). owner and index say whose
 // block it is (an inode number and a block number, or a group or slot
-// number) for fsck. A block of all zeros is a block never written:
-// version 0, kind KindNone. The rest of the block is the kind's payload.
-// Part of format version 1: never edit; add a version instead.
+// number) for fsck. realms (format 3; zero before) are set in inode
+// blocks only: the quota realms the inode is counted in (layout/inode.go,
+// quota.go); zero in every other kind. A block of all zeros is a block
+// never written: version 0, kind KindNone. The rest of the block is the
+// kind's payload.
+// Part of format version 1, realms of format 3: never edit; add a version
+// instead.
 const (
 	HeaderBytes  = 64
 	PayloadBytes = BlockBytes - HeaderBytes
 
 	magic = 0x424d4c50 // "PLMB"
 
-	versionOff = 8 // where the version lives: the redo log sets it on replay
+	versionOff = 8  // where the version lives: the redo log sets it on replay
+	realmOff   = 32 // an inode's quota realms (format 3)
 )
 
 // Kind says what a metadata block holds.
@@ -38,6 +43,7 @@ const (
 	KindDir                 // a block of a directory's hash table
 	KindOrphan              // a block of a log slot's orphan table
 	KindNameLog             // a block of a directory's name log (format 2)
+	KindQuota               // a quota realm's head or ledger block (format 3)
 	kindEnd
 )
 
@@ -59,6 +65,8 @@ func (k Kind) String() string {
 		return "orphan"
 	case KindNameLog:
 		return "namelog"
+	case KindQuota:
+		return "quota"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }

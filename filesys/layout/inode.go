@@ -45,7 +45,12 @@ import (
 // written yet: the version is the inode itself (FlagModified is clear),
 // closed at closed (unix ns) by node (its first 12 bytes); the record is
 // written before the file next changes or is freed (filesys/versions.go).
-// Part of format version 2: never edit; add a version instead.
+// Format version 3 adds FlagQuota (a directory that roots a quota realm)
+// and the realms field in the inode's header (header.go): the numbers of
+// the quota realm roots the inode is counted in, innermost first, up to
+// RealmsMax, the rest 0 (all 0: none). A quota root's own realms are
+// those around it.
+// Part of format version 3: never edit; add a version instead.
 const (
 	inodeFieldsBytes = 128
 	InlineBytes      = PayloadBytes - inodeFieldsBytes // 3904
@@ -53,8 +58,11 @@ const (
 	FlagInline   = 1 << 0 // a regular file's data is in the inline area
 	FlagModified = 1 << 1 // changed since its newest version (format 2)
 	FlagPending  = 1 << 2 // version fver's record is this inode (format 2)
+	FlagQuota    = 1 << 3 // a directory that is a quota realm's root (format 3)
 
 	NodeBytes = 12 // of a node's name kept in the inode
+
+	RealmsMax = 4 // quota realms one inode is counted in (nested quotas)
 
 	XattrNameMax = 255
 )
@@ -63,10 +71,11 @@ const (
 type Inode struct {
 	Mode, Nlink, Uid, Gid, Rdev, Flags uint32
 	Size, HWM, Gen, Parent             uint64
-	FVer                               uint32 // newest file version (format 2)
-	NLog                               uint64 // name log bytes (format 2)
-	Closed                             int64  // FlagPending: when version FVer was made (unix ns)
-	Node                               string // FlagPending: who made it (at most NodeBytes)
+	FVer                               uint32            // newest file version (format 2)
+	NLog                               uint64            // name log bytes (format 2)
+	Closed                             int64             // FlagPending: when version FVer was made (unix ns)
+	Realms                             [RealmsMax]uint64 // quota realm roots, innermost first (format 3)
+	Node                               string            // FlagPending: who made it (at most NodeBytes)
 	Atime, Mtime, Ctime                Time
 	Inline                             []byte // data, symlink target or directory root
 	Xattrs                             []Xattr
@@ -109,8 +118,11 @@ func EncodeInode(b []byte, ino uint64, version uint64, in *Inode) error {
 	}
 	clear(b)
 	PutHeader(b, Header{Kind: KindInode, Version: version, Owner: ino})
-	p := b[HeaderBytes:]
 	le := binary.LittleEndian
+	for i, r := range in.Realms {
+		le.PutUint64(b[realmOff+8*i:], r)
+	}
+	p := b[HeaderBytes:]
 	le.PutUint32(p[0:], in.Mode)
 	le.PutUint32(p[4:], in.Nlink)
 	le.PutUint32(p[8:], in.Uid)
@@ -182,6 +194,12 @@ func DecodeInode(b []byte, ino uint64) (*Inode, uint64, error) {
 	nIn, nX := int(le.Uint16(p[84:])), int(le.Uint16(p[86:]))
 	if nIn+nX > InlineBytes || in.Size > ExtentBytes || in.HWM > ExtentBytes {
 		return nil, 0, fmt.Errorf("%w: inode %d sizes (inline %d, xattrs %d, size %d)", ErrCorrupt, ino, nIn, nX, in.Size)
+	}
+	for i := range in.Realms {
+		in.Realms[i] = le.Uint64(b[realmOff+8*i:])
+		if in.Realms[i] >= InodesMax || i > 0 && in.Realms[i] != 0 && in.Realms[i-1] == 0 {
+			return nil, 0, fmt.Errorf("%w: inode %d quota realms %v", ErrCorrupt, ino, in.Realms)
+		}
 	}
 	q := p[inodeFieldsBytes:]
 	if nIn > 0 {

@@ -14,7 +14,7 @@ import (
 //
 // The geometry is fixed by the format version; the superblock repeats the
 // parts a reader checks, so a volume of another geometry is refused.
-// Part of format version 1; version 2 changes only the number.
+// Part of format version 1; versions 2 and 3 change only the number.
 //
 // handleKey (added within format 2: the bytes were zero, and a build
 // that does not know them ignores them) is the secret under which NFS
@@ -94,7 +94,7 @@ func DecodeSuper(b []byte) (Super, error) {
 	p := b[HeaderBytes:]
 	if f := binary.LittleEndian.Uint32(p[0:]); f < FormatVersion && f >= 1 &&
 		binary.LittleEndian.Uint32(p[4:]) == BlockBytes {
-		return Super{}, fmt.Errorf("%w: the file system has format %d, this build uses %d (file versions): run plumeria fsck --upgrade (it checks the volume, then rewrites the superblock; nothing else changes)", ErrOldFormat, f, FormatVersion)
+		return Super{}, fmt.Errorf("%w: the file system has format %d, this build uses %d (file versions, directory quotas): run plumeria fsck --upgrade (it checks the volume, then rewrites the superblock; nothing else changes)", ErrOldFormat, f, FormatVersion)
 	}
 	if f := binary.LittleEndian.Uint32(p[0:]); f != FormatVersion ||
 		binary.LittleEndian.Uint32(p[4:]) != BlockBytes ||

@@ -22,6 +22,8 @@ var errnos = []struct {
 	{filesys.ErrNotDir, syscall.ENOTDIR},
 	{filesys.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{filesys.ErrNoSpace, syscall.ENOSPC},
+	{filesys.ErrQuota, syscall.EDQUOT},
+	{filesys.ErrCrossDevice, syscall.EXDEV},
 	{filesys.ErrNotPermitted, syscall.EPERM},
 	{filesys.ErrAccess, syscall.EACCES},
 	{filesys.ErrInvalid, syscall.EINVAL},

@@ -87,7 +87,7 @@ func (m *metrics) done(op string, st uint32, d time.Duration) {
 
 var statusNames = map[uint32]string{
 	nfsErrPerm: "NFS3ERR_PERM", nfsErrNoEnt: "NFS3ERR_NOENT", nfsErrIO: "NFS3ERR_IO", nfsErrAcces: "NFS3ERR_ACCES",
-	nfsErrExist: "NFS3ERR_EXIST", nfsErrXDev: "NFS3ERR_XDEV", nfsErrNotDir: "NFS3ERR_NOTDIR", nfsErrIsDir: "NFS3ERR_ISDIR",
+	nfsErrExist: "NFS3ERR_EXIST", nfsErrXDev: "NFS3ERR_XDEV", nfsErrDQuot: "NFS3ERR_DQUOT", nfsErrNotDir: "NFS3ERR_NOTDIR", nfsErrIsDir: "NFS3ERR_ISDIR",
 	nfsErrInval: "NFS3ERR_INVAL", nfsErrFBig: "NFS3ERR_FBIG", nfsErrNoSpc: "NFS3ERR_NOSPC", nfsErrROFS: "NFS3ERR_ROFS",
 	nfsErrMLink: "NFS3ERR_MLINK", nfsErrNameTooLng: "NFS3ERR_NAMETOOLONG", nfsErrNotEmpty: "NFS3ERR_NOTEMPTY",
 	nfsErrStale: "NFS3ERR_STALE", nfsErrBadHandle: "NFS3ERR_BADHANDLE", nfsErrNotSync: "NFS3ERR_NOT_SYNC",

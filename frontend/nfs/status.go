@@ -25,6 +25,7 @@ const (
 	nfsErrROFS       = 30
 	nfsErrMLink      = 31
 	nfsErrNameTooLng = 63
+	nfsErrDQuot      = 69
 	nfsErrNotEmpty   = 66
 	nfsErrStale      = 70
 	nfsErrBadHandle  = 10001
@@ -53,6 +54,8 @@ var statuses = []struct {
 	{filesys.ErrNotDir, nfsErrNotDir},
 	{filesys.ErrNameTooLong, nfsErrNameTooLng},
 	{filesys.ErrNoSpace, nfsErrNoSpc},
+	{filesys.ErrQuota, nfsErrDQuot},
+	{filesys.ErrCrossDevice, nfsErrXDev},
 	{filesys.ErrNotPermitted, nfsErrPerm},
 	{filesys.ErrAccess, nfsErrAcces},
 	{filesys.ErrInvalid, nfsErrInval},
