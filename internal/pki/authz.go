@@ -32,6 +32,8 @@ var (
 	fenceOps    = []string{RoleClient, RoleAdmin, RoleLock, RoleCoordinator}
 	dataPath    = []string{RoleClient, RoleAdmin, RoleCoordinator}
 	brickPeers  = []string{RoleBrick}
+	// brickPeersAndVerify: the admin's replica comparison too.
+	brickPeersAndVerify = []string{RoleBrick, RoleAdmin}
 )
 
 // methodRoles maps each full gRPC method name to the roles allowed to
@@ -95,9 +97,11 @@ var methodRoles = map[string][]string{
 	"/plumeria.v1.Brick/Layout":        dataPath,
 
 	// Brick to brick: replication, backfill, read repair, erasure-coded
-	// shards and their garbage collection. Bricks only.
+	// shards and their garbage collection. Bricks only, but for the
+	// read-only listing of a replica's blocks that `plumeria vdisk
+	// verify` (admin) compares between replicas (volume/verify.go).
 	"/plumeria.v1.Brick/Replicate":      brickPeers,
-	"/plumeria.v1.Brick/Inventory":      brickPeers,
+	"/plumeria.v1.Brick/Inventory":      brickPeersAndVerify,
 	"/plumeria.v1.Brick/Backfill":       brickPeers,
 	"/plumeria.v1.Brick/FetchBlock":     brickPeers,
 	"/plumeria.v1.Brick/ShardPut":       brickPeers,
