@@ -130,11 +130,15 @@ func upCmd() *cobra.Command {
 		case "none":
 			httpAddr = ""
 		}
-		// TLS: a CA in DIR/certs, made the first time; every part of the
-		// cluster in this process shares one certificate (DIR/tls).
+		// TLS: a CA in DIR/certs (or --certs), made the first time; every
+		// part of the cluster in this process shares one certificate
+		// (DIR/tls).
 		certs := ""
 		if !tlsFlags.insecure {
 			certs = filepath.Join(dir, "certs")
+			if cmd.Flags().Changed("certs") {
+				certs = tlsFlags.certs // given explicitly; PLUMERIA_CERTS is not looked at
+			}
 			if _, err := os.Stat(filepath.Join(certs, pki.CACertFile)); errors.Is(err, os.ErrNotExist) {
 				if err := initCerts(certs, "", false); err != nil {
 					return fmt.Errorf("up: %w", err)

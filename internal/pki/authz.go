@@ -182,8 +182,12 @@ func Authorize(ctx context.Context, fullMethod string) error {
 		if p, found := peer.FromContext(ctx); found && p.Addr != nil {
 			addr = p.Addr.String()
 		}
-		return status.Errorf(codes.Unauthenticated, "%s: the caller at %s presented no certificate of this cluster's CA (needs a certificate with role %s; see `plumeria init` and --certs)",
-			fullMethod, addr, strings.Join(want, " or "))
+		need := "a certificate of this cluster's CA with role " + strings.Join(want, " or ")
+		if !known {
+			need = "an unknown method, refused to everyone"
+		}
+		return status.Errorf(codes.Unauthenticated, "%s: the caller at %s presented no certificate of this cluster's CA (%s; see `plumeria init` and --certs)",
+			fullMethod, addr, need)
 	}
 	if fn := revoked.Load(); fn != nil && (*fn)(name) {
 		return status.Errorf(codes.Unauthenticated, "%s: the certificate of %q is revoked", fullMethod, name)

@@ -63,6 +63,8 @@ func TestTableCoversServices(t *testing.T) {
 		{"/plumeria.v1.Coordinator/CreateVolume", pki.RoleAdmin, true},
 		{"/plumeria.v1.Brick/Replicate", pki.RoleClient, false},
 		{"/plumeria.v1.Brick/ShardPut", pki.RoleAdmin, false},
+		{"/plumeria.v1.Brick/Inventory", pki.RoleAdmin, true}, // vdisk verify
+		{"/plumeria.v1.Brick/Inventory", pki.RoleClient, false},
 		{"/plumeria.v1.Brick/Write", pki.RoleClient, true},
 		{"/plumeria.v1.Brick/Write", pki.RoleBrick, false},
 		{"/plumeria.lock.v1.Lock/Session", pki.RoleClient, true},

@@ -72,7 +72,11 @@ func Load(s Source, now time.Time) (*Identity, error) {
 		}
 	}
 	if !ca.CanIssue() {
-		return nil, fmt.Errorf("%w for %s: %s has no %s to issue one (copy the CA key there, as made by `plumeria init`)", ErrNoCertificate, s.Name, s.CertsDir, CAKeyFile)
+		where := ""
+		if s.StateDir != "" {
+			where = fmt.Sprintf(", or put %s and %s for %s in %s", NodeCertFile, NodeKeyFile, s.Name, s.StateDir)
+		}
+		return nil, fmt.Errorf("%w for %s: %s has no %s to issue one (copy the CA key made by `plumeria init` there%s)", ErrNoCertificate, s.Name, s.CertsDir, CAKeyFile, where)
 	}
 	key, err := NewKey()
 	if err != nil {

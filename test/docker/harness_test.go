@@ -40,6 +40,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/dashboard"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 const (
@@ -307,8 +308,13 @@ func (c *cluster) status() (*coord.Status, error) {
 // --metrics-listen, port 7080) until it shows brick in state.
 func (c *cluster) waitDashboard(timeout time.Duration, node, brick, state string) {
 	c.t.Helper()
-	url := fmt.Sprintf("http://%s.%d:7080/api/view", c.net, 10+int(node[1]-'0'))
-	cl := &http.Client{Timeout: 5 * time.Second}
+	url := fmt.Sprintf("https://%s.%d:7080/api/view", c.net, 10+int(node[1]-'0'))
+	// HTTPS with the operator's certificate: the port asks for one.
+	admin, err := pki.Load(pki.Source{CertsDir: c.certs, Admin: true}, time.Now())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: admin.ClientConfig()}}
 	last := ""
 	for deadline := time.Now().Add(timeout); ; {
 		var v dashboard.View

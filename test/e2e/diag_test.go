@@ -50,7 +50,7 @@ func (c *cluster) replicaDiag(volName string) diagFunc {
 		out = append(out, fmt.Sprintf("block %d (pg %d, members %v syncing %v, map epoch %d, gen %d):",
 			block, pg, vol.PGs[pg].Bricks, vol.PGs[pg].Syncing, m.Epoch, vol.Gen))
 		for _, b := range m.Bricks {
-			conn, err := coordclient.Dial(b.Addr)
+			conn, err := dialAsBrick(b.Addr)
 			if err != nil {
 				out = append(out, fmt.Sprintf("%s: %v", b.Name, err))
 				continue

@@ -11,7 +11,6 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
-	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
 
@@ -229,10 +228,11 @@ func shardBlock(t *testing.T, ctx context.Context, c *cluster, volName string, c
 	return nil
 }
 
-// brickClientE2E dials brick name of m for the rest of the test.
+// brickClientE2E dials brick name of m for the rest of the test, as a
+// brick peer (dialAsBrick).
 func brickClientE2E(t *testing.T, m *clustermap.Map, name string) pb.BrickClient {
 	t.Helper()
-	conn, err := coordclient.Dial(m.Brick(name).Addr)
+	conn, err := dialAsBrick(m.Brick(name).Addr)
 	if err != nil {
 		t.Fatal(err)
 	}

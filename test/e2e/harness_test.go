@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
 
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
@@ -110,6 +111,21 @@ func TestMain(m *testing.M) {
 // tests start; in-process clients use its admin certificate.
 var certsDir string
 
+// brickPeer is an identity with the brick role, for the tests' own
+// brick-to-brick calls (FetchBlock, ShardInventory, ShardRead: what a
+// brick asks a peer), which the admin role may not make. nil without TLS.
+var brickPeer *pki.Identity
+
+// dialAsBrick dials a brick as a brick peer would (with brickPeer).
+func dialAsBrick(addr string) (*grpc.ClientConn, error) {
+	id := pki.Default()
+	if brickPeer != nil {
+		id = brickPeer
+	}
+	return grpc.NewClient(addr, pki.DialOption(id),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)))
+}
+
 // setupTLS makes the run's CA in dir and turns mutual TLS on for every
 // process and in-process client.
 func setupTLS(dir string) error {
@@ -121,6 +137,9 @@ func setupTLS(dir string) error {
 		return err
 	}
 	pki.SetDefault(id)
+	if brickPeer, err = pki.Load(pki.Source{CertsDir: dir, Name: "e2e-brick-peer", Roles: []string{pki.RoleBrick}}, time.Now()); err != nil {
+		return err
+	}
 	certsDir = dir
 	return os.Setenv("PLUMERIA_CERTS", dir)
 }
