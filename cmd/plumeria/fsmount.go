@@ -17,7 +17,6 @@ import (
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/filesys/history"
 	"github.com/plumeria-fs/plumeria/frontend/fuse"
-	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 	"github.com/plumeria-fs/plumeria/volume"
 )
@@ -117,16 +116,10 @@ func mountCmd() *cobra.Command {
 			}
 			id = h
 		}
-		// The identity first: connections take it when they are made.
-		stateDir := "" // a certificate issued here from the certs directory is kept in memory
-		if join.token != "" {
-			stateDir = join.stateDir(id)
-		}
-		ident, ca, err := identityFor(cmd.Context(), "mount", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
+		ident, ca, stateDir, err := join.clientIdentity(cmd.Context(), "mount", *coordAddr, id)
 		if err != nil {
 			return err
 		}
-		pki.SetDefault(ident)
 		cl, err := connect()
 		if err != nil {
 			return err

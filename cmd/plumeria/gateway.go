@@ -19,7 +19,6 @@ import (
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/filesys"
 	"github.com/plumeria-fs/plumeria/frontend/nfs"
-	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/node"
 )
 
@@ -75,15 +74,10 @@ Clients name the port, there is no rpcbind:
 			}
 			id = h + "-nfs"
 		}
-		stateDir := "" // a certificate issued here from the certs directory is kept in memory
-		if join.token != "" {
-			stateDir = join.stateDir(id)
-		}
-		ident, ca, err := identityFor(cmd.Context(), "gateway", tlsFlags.certs, tlsFlags.insecure, join.token, splitList(*coordAddr), stateDir, id, pki.RoleClient)
+		ident, ca, stateDir, err := join.clientIdentity(cmd.Context(), "gateway", *coordAddr, id)
 		if err != nil {
 			return err
 		}
-		pki.SetDefault(ident)
 		log, err := newLogger(logLevel)
 		if err != nil {
 			return err

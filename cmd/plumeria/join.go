@@ -28,12 +28,31 @@ func addJoinFlags(c *cobra.Command, o *joinOpts) {
 	c.Flags().StringVar(&o.tlsDir, "tls-dir", "", "where the certificate got with --token is kept, so a restart needs no new token (default /var/lib/plumeria/tls/NAME)")
 }
 
-// stateDir returns where a node named name keeps a joined identity.
+// stateDir returns where a client named name keeps its identity: with a
+// token, --tls-dir or /var/lib/plumeria/tls/NAME; else "" (a certificate
+// issued from the certs directory is kept in memory).
 func (o joinOpts) stateDir(name string) string {
-	if o.tlsDir != "" {
+	switch {
+	case o.token == "":
+		return ""
+	case o.tlsDir != "":
 		return o.tlsDir
 	}
 	return filepath.Join("/var/lib/plumeria/tls", name)
+}
+
+// clientIdentity is identityFor for a client (mount, gateway) named name,
+// made the process's identity (before its first connection: connections
+// take it when they are made). It returns the CA the process may issue
+// with and where its identity is kept, for keepRenewed.
+func (o joinOpts) clientIdentity(ctx context.Context, what, coordAddrs, name string) (*pki.Identity, *pki.CA, string, error) {
+	dir := o.stateDir(name)
+	id, ca, err := identityFor(ctx, what, tlsFlags.certs, tlsFlags.insecure, o.token, splitList(coordAddrs), dir, name, pki.RoleClient)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	pki.SetDefault(id)
+	return id, ca, dir, nil
 }
 
 // identityFor is memberIdentity for a process that may instead hold a join
