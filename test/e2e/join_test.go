@@ -37,11 +37,11 @@ func servedCert(t *testing.T, addr string) *x509.Certificate {
 // TestJoinToken: nodes with no certs directory join with tokens (checked
 // against the CA the token pins); a token works once per name, only for
 // its roles, and not after it expires; a joined member's certificate is
-// renewed without a restart (30 s lifetimes here); a revoked node is
+// renewed without a restart (15 s lifetimes here); a revoked node is
 // refused at the coordinator and brick ports and cannot renew.
 func TestJoinToken(t *testing.T) {
-	// The coordinator issues 30-second certificates to nodes that join.
-	c := startFSClusterCoord(t, []string{"--cert-lifetime", "30s"}, nil)
+	// The coordinator issues 15-second certificates to nodes that join.
+	c := startFSClusterCoord(t, []string{"--cert-lifetime", "15s"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 
@@ -97,19 +97,15 @@ func TestJoinToken(t *testing.T) {
 	if again.code == 0 || !strings.Contains(again.String(), "already used") {
 		t.Fatalf("a second join as m1 with one token: %v", again)
 	}
-	// An expired token: refused.
+	// A token that expires while m1's certificate ages (below).
 	short := token("client", "10s")
-	time.Sleep(11 * time.Second)
-	late := c.run(60*time.Second, nil, "mount", c.coordArg(), "--volume", "fs", "--name", "m9", "--token", short, "--tls-dir", t.TempDir(), "--certs", "", t.TempDir())
-	if late.code == 0 || !strings.Contains(late.String(), "expired") {
-		t.Fatalf("join with an expired token: %v", late)
-	}
+	shortEnds := time.Now().Add(10 * time.Second)
 
 	// Renewal without a restart: the mount's metrics port presents a new
 	// certificate once two thirds of the old one's life have passed.
 	first := servedCert(t, metrics)
 	if life := first.NotAfter.Sub(time.Now()); life > time.Minute {
-		t.Fatalf("m1's certificate lives %v: the coordinator should issue 30 s ones", life)
+		t.Fatalf("m1's certificate lives %v: the coordinator should issue 15 s ones", life)
 	}
 	pid := m1.cmd.Process.Pid
 	c.waitFor(60*time.Second, "m1's certificate renewed", func() (bool, string) {
@@ -118,6 +114,12 @@ func TestJoinToken(t *testing.T) {
 	})
 	if !m1.running() || m1.cmd.Process.Pid != pid {
 		t.Fatal("m1 restarted")
+	}
+	// The expired token: refused.
+	time.Sleep(time.Until(shortEnds) + time.Second)
+	late := c.run(60*time.Second, nil, "mount", c.coordArg(), "--volume", "fs", "--name", "m9", "--token", short, "--tls-dir", t.TempDir(), "--certs", "", t.TempDir())
+	if late.code == 0 || !strings.Contains(late.String(), "expired") {
+		t.Fatalf("join with an expired token: %v", late)
 	}
 	// Past the first certificate's end, the mount still works (new
 	// connections use the new certificate).
