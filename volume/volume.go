@@ -524,6 +524,10 @@ func permanent(name string, err error) error {
 	switch status.Code(err) {
 	case codes.PermissionDenied:
 		return fmt.Errorf("volume %s: %w: %s", name, ErrFenced, msg)
+	case codes.Unauthenticated:
+		// Only a missing or revoked certificate (pki.Authorize): no
+		// retry can succeed.
+		return fmt.Errorf("volume %s: refused: %s", name, msg)
 	case codes.InvalidArgument:
 		return fmt.Errorf("volume %s: %s", name, msg)
 	case codes.DataLoss:

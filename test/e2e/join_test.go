@@ -174,7 +174,28 @@ func TestJoinToken(t *testing.T) {
 	if status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("renewal of a revoked node: %v", err)
 	}
-	// A revoked mount cannot give back its locks or flush: it is killed
-	// (its locks are recovered like a dead node's).
-	c.kill("m1")
+	// Its mount can no longer write: a write and fsync of a file it holds
+	// fails (the bricks refuse it) instead of hanging; then it unmounts.
+	done := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(filepath.Join(mnt, "hello"), os.O_WRONLY|os.O_APPEND, 0)
+		if err == nil {
+			_, err = f.Write([]byte(" and revoked"))
+			if err == nil {
+				err = f.Sync()
+			}
+			f.Close()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a revoked mount wrote and synced")
+		}
+		t.Logf("a write on the revoked mount: %v", err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("a write on the revoked mount hangs")
+	}
+	c.stop("m1")
 }
