@@ -242,6 +242,23 @@ func (w *world) saveStatus(name string) {
 	w.logf("status saved in %s%s", path, brief)
 }
 
+// livenessWait bounds how long liveness waits for a node that stops
+// itself after the heal (a lease that ran out during the faults) to be
+// mounted again: the lease, the recovery of its old session, a mount.
+func livenessWait() time.Duration { return mountWait() + 30*time.Second }
+
+// awaitIncarnation waits until f is up in incarnation inc or later, and
+// reports whether it is before deadline.
+func (w *world) awaitIncarnation(f *fsNode, inc int, deadline time.Time) bool {
+	for time.Now().Before(deadline) && !w.closing.Load() {
+		if _, up := f.state(); up && f.incarnation() >= inc {
+			return true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
+}
+
 // liveness: after healing, every fs node must write a file that every
 // other node then reads back. It reports whether all did.
 func (w *world) liveness() (ok bool) {
@@ -252,22 +269,36 @@ func (w *world) liveness() (ok bool) {
 			w.saveStatus("status-no-progress.json")
 		}
 	}()
+	deadline := time.Now().Add(livenessWait())
 	for _, name := range w.fsOrd {
 		f := w.fs[name]
 		v := fmt.Sprintf("alive %s %d", name, w.seed)
-		res, up := w.call(f, func(mnt string) (string, error) {
-			os.MkdirAll(filepath.Join(mnt, "live"), 0o755)
-			p := filepath.Join(mnt, "live", name)
-			if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
-				return "", err
+		var res result
+		var up bool
+		for {
+			inc := f.incarnation()
+			res, up = w.call(f, func(mnt string) (string, error) {
+				os.MkdirAll(filepath.Join(mnt, "live"), 0o755)
+				p := filepath.Join(mnt, "live", name)
+				if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+					return "", err
+				}
+				fd, err := os.Open(p)
+				if err != nil {
+					return "", err
+				}
+				defer fd.Close()
+				return "", fd.Sync()
+			})
+			// A node whose lock lease ran out during the faults finds out
+			// (and stops itself) only after the heal: its calls fail until
+			// it is remounted (fsNode.mount). Progress is then its next
+			// incarnation's; the same incarnation failing is the anomaly.
+			if (up && res.err == nil) || !w.awaitIncarnation(f, inc+1, deadline) {
+				break
 			}
-			fd, err := os.Open(p)
-			if err != nil {
-				return "", err
-			}
-			defer fd.Close()
-			return "", fd.Sync()
-		})
+			w.logf("%s: liveness write again on incarnation %d (incarnation %d failed: up %v, %v)", name, f.incarnation(), inc, up, res.err)
+		}
 		if !up || res.err != nil {
 			w.anomaly(check.Anomaly{Kind: "no progress after heal", Key: name,
 				Detail: fmt.Sprintf("write on %s after healing: up %v, %v\n%s", name, up, res.err, lastLines(f.p.logSince(), 15))})
