@@ -100,6 +100,14 @@ func tlsRPC(t *testing.T, addr string, creds grpc.DialOption, kind string) error
 		_, err = pb.NewCoordinatorClient(conn).Status(ctx, &pb.StatusRequest{})
 	case "RegisterBrick":
 		_, err = pb.NewCoordinatorClient(conn).RegisterBrick(ctx, &pb.RegisterBrickRequest{Name: "evil", Addr: "127.0.0.1:1"})
+	case "RegisterLockServer":
+		_, err = pb.NewCoordinatorClient(conn).RegisterLockServer(ctx, &pb.RegisterLockServerRequest{Name: "evil", Addr: "127.0.0.1:1"})
+	case "Heartbeat":
+		_, err = pb.NewCoordinatorClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Name: "b1"})
+	case "SGSynced":
+		_, err = pb.NewCoordinatorClient(conn).SGSynced(ctx, &pb.SGSyncedRequest{})
+	case "ShardPut":
+		_, err = pb.NewBrickClient(conn).ShardPut(ctx, &pb.ShardPutRequest{})
 	case "Read":
 		_, err = pb.NewBrickClient(conn).Read(ctx, &pb.ReadRequest{})
 	case "Replicate":
@@ -176,8 +184,17 @@ func TestTLS(t *testing.T) {
 	} else {
 		t.Logf("mount RegisterBrick: %v", err)
 	}
-	if err := tlsRPC(t, brickAddr, mount, "Replicate"); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("mount Replicate: %v, want PermissionDenied", err)
+	for _, tc := range []struct{ addr, call string }{
+		{brickAddr, "Replicate"}, {brickAddr, "ShardPut"},
+		{coordAddr, "RegisterLockServer"}, {coordAddr, "Heartbeat"}, {coordAddr, "SGSynced"},
+	} {
+		if err := tlsRPC(t, tc.addr, mount, tc.call); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("mount %s: %v, want PermissionDenied", tc.call, err)
+		}
+	}
+	// The operator's certificate administers, but is no brick.
+	if err := tlsRPC(t, brickAddr, admin, "ShardPut"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("admin ShardPut: %v, want PermissionDenied", err)
 	}
 	if err := tlsRPC(t, coordAddr, admin, "Status"); err != nil {
 		t.Errorf("admin Status: %v", err)
