@@ -19,7 +19,8 @@ func doctorCmd() *cobra.Command {
 found and what to fix. Exits non-zero if any check fails. Checks: the OS and open-file
 limit; FUSE (/dev/fuse, the kernel module, root or fusermount3); with --listen, that the
 port is free or held by plumeria; with --data, that the directory is writable and has free
-space; with --coord, that each coordinator answers and how far its clock is from this one.`,
+space; with --coord, that each coordinator answers and how far its clock is from this one;
+the certificates of --certs (or PLUMERIA_CERTS) and how long they last.`,
 		Example: "  plumeria doctor --coord 10.0.0.1:7001 --listen 10.0.0.2:7001 --data /var/lib/plumeria",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -28,6 +29,7 @@ space; with --coord, that each coordinator answers and how far its clock is from
 					o.Coord = append(o.Coord, a)
 				}
 			}
+			o.Certs, o.Insecure = tlsFlags.certs, tlsFlags.insecure
 			rs := doctor.Run(cmd.Context(), o)
 			for _, r := range rs {
 				fmt.Println(r)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // Options says what to check besides the machine itself.
@@ -27,6 +28,8 @@ type Options struct {
 	Listen   string   // HOST:PORT the server will listen on
 	Data     string   // the server's data directory
 	SkipFUSE bool     // a node that only runs servers needs no FUSE
+	Certs    string   // the certs directory (--certs); "" none
+	Insecure bool     // TLS turned off
 	Timeout  time.Duration
 }
 
@@ -36,7 +39,7 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	rs := []Result{platform(), nofile()}
+	rs := []Result{platform(), nofile(), certificates(o.Certs, o.Insecure)}
 	if !o.SkipFUSE {
 		rs = append(rs, fuseDevice(), fuseModule(), fuseMount())
 	}
@@ -50,6 +53,17 @@ func Run(ctx context.Context, o Options) []Result {
 		rs = append(rs, coordinator(ctx, a, o.Timeout)...)
 	}
 	return rs
+}
+
+func certificates(dir string, insecure bool) Result {
+	if insecure || dir == "" {
+		return Certificates(dir, insecure, nil, "", "", time.Time{}, time.Now())
+	}
+	id, err := pki.Load(pki.Source{CertsDir: dir, Admin: true}, time.Now())
+	if err != nil {
+		return Certificates(dir, false, err, "", "", time.Time{}, time.Now())
+	}
+	return Certificates(dir, false, nil, id.Name(), id.ClusterID(), id.Certificate().NotAfter, time.Now())
 }
 
 func platform() Result {
