@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/internal/doctor"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 func doctorCmd() *cobra.Command {
@@ -29,7 +30,11 @@ the certificates of --certs (or PLUMERIA_CERTS) and how long they last.`,
 					o.Coord = append(o.Coord, a)
 				}
 			}
+			// The identity is loaded here, not before the command, so
+			// that a broken certs directory is a finding, not an exit.
 			o.Certs, o.Insecure = tlsFlags.certs, tlsFlags.insecure
+			o.Identity, o.IdentityErr = cliIdentity()
+			pki.SetDefault(o.Identity)
 			rs := doctor.Run(cmd.Context(), o)
 			for _, r := range rs {
 				fmt.Println(r)
@@ -45,5 +50,5 @@ the certificates of --certs (or PLUMERIA_CERTS) and how long they last.`,
 	f.StringVar(&o.Listen, "listen", "", "HOST:PORT the server listens on: free, or held by plumeria")
 	f.StringVar(&o.Data, "data", "", "the server's data directory: writable, with free space")
 	f.BoolVar(&o.SkipFUSE, "skip-fuse", false, "skip the FUSE checks (nodes that only run servers, no mounts)")
-	return c
+	return selfIdentity(c)
 }

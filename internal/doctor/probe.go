@@ -30,7 +30,11 @@ type Options struct {
 	SkipFUSE bool     // a node that only runs servers needs no FUSE
 	Certs    string   // the certs directory (--certs); "" none
 	Insecure bool     // TLS turned off
-	Timeout  time.Duration
+	// Identity is the one the commands use (loaded from Certs), or
+	// IdentityErr why it could not be loaded.
+	Identity    *pki.Identity
+	IdentityErr error
+	Timeout     time.Duration
 }
 
 // Run runs every check that applies and returns the results in a fixed
@@ -39,7 +43,7 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	rs := []Result{platform(), nofile(), certificates(o.Certs, o.Insecure)}
+	rs := []Result{platform(), nofile(), certificates(o)}
 	if !o.SkipFUSE {
 		rs = append(rs, fuseDevice(), fuseModule(), fuseMount())
 	}
@@ -55,15 +59,16 @@ func Run(ctx context.Context, o Options) []Result {
 	return rs
 }
 
-func certificates(dir string, insecure bool) Result {
-	if insecure || dir == "" {
-		return Certificates(dir, insecure, nil, "", "", time.Time{}, time.Now())
+func certificates(o Options) Result {
+	id := o.Identity
+	if o.Insecure || o.Certs == "" || o.IdentityErr != nil || id == nil || id.Certificate() == nil {
+		err := o.IdentityErr
+		if err == nil && !o.Insecure && o.Certs != "" {
+			err = errors.New("no certificate loaded")
+		}
+		return Certificates(o.Certs, o.Insecure, err, "", "", time.Time{}, time.Now())
 	}
-	id, err := pki.Load(pki.Source{CertsDir: dir, Admin: true}, time.Now())
-	if err != nil {
-		return Certificates(dir, false, err, "", "", time.Time{}, time.Now())
-	}
-	return Certificates(dir, false, nil, id.Name(), id.ClusterID(), id.Certificate().NotAfter, time.Now())
+	return Certificates(o.Certs, false, nil, id.Name(), id.ClusterID(), id.Certificate().NotAfter, time.Now())
 }
 
 func platform() Result {
