@@ -89,6 +89,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: listen on %s: %w", cfg.Listen, err)
 	}
+	mux.SetLogger(cfg.Logger)
 	if cfg.Advertise == "" {
 		cfg.Advertise = mux.Addr().String()
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/plumeria-fs/plumeria/internal/doctor"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 func doctorCmd() *cobra.Command {
@@ -19,7 +20,8 @@ func doctorCmd() *cobra.Command {
 found and what to fix. Exits non-zero if any check fails. Checks: the OS and open-file
 limit; FUSE (/dev/fuse, the kernel module, root or fusermount3); with --listen, that the
 port is free or held by plumeria; with --data, that the directory is writable and has free
-space; with --coord, that each coordinator answers and how far its clock is from this one.`,
+space; with --coord, that each coordinator answers and how far its clock is from this one;
+the certificates of --certs (or PLUMERIA_CERTS) and how long they last.`,
 		Example: "  plumeria doctor --coord 10.0.0.1:7001 --listen 10.0.0.2:7001 --data /var/lib/plumeria",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -28,6 +30,11 @@ space; with --coord, that each coordinator answers and how far its clock is from
 					o.Coord = append(o.Coord, a)
 				}
 			}
+			// The identity is loaded here, not before the command, so
+			// that a broken certs directory is a finding, not an exit.
+			o.Certs, o.Insecure = tlsFlags.certs, tlsFlags.insecure
+			o.Identity, o.IdentityErr = cliIdentity()
+			pki.SetDefault(o.Identity)
 			rs := doctor.Run(cmd.Context(), o)
 			for _, r := range rs {
 				fmt.Println(r)
@@ -43,5 +50,5 @@ space; with --coord, that each coordinator answers and how far its clock is from
 	f.StringVar(&o.Listen, "listen", "", "HOST:PORT the server listens on: free, or held by plumeria")
 	f.StringVar(&o.Data, "data", "", "the server's data directory: writable, with free space")
 	f.BoolVar(&o.SkipFUSE, "skip-fuse", false, "skip the FUSE checks (nodes that only run servers, no mounts)")
-	return c
+	return selfIdentity(c)
 }

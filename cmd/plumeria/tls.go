@@ -53,12 +53,23 @@ func addTLSFlags(root *cobra.Command) {
 }
 
 // cliIdentity is the identity of an operator command: the admin
-// certificate of the certs directory, or none (plaintext) without one.
+// certificate of the certs directory, or none (plaintext) without one. A
+// directory with the CA key but no admin.crt (a server's) gets an admin
+// certificate issued in memory: whoever holds the CA key is the admin.
 func cliIdentity() (*pki.Identity, error) {
 	if tlsFlags.insecure || tlsFlags.certs == "" {
 		return nil, nil
 	}
-	return pki.Load(pki.Source{CertsDir: tlsFlags.certs, Admin: true}, time.Now())
+	_, errCert := os.Stat(filepath.Join(tlsFlags.certs, pki.AdminCertFile))
+	_, errKey := os.Stat(filepath.Join(tlsFlags.certs, pki.CAKeyFile))
+	if errors.Is(errCert, os.ErrNotExist) && errKey == nil {
+		return pki.Load(pki.Source{CertsDir: tlsFlags.certs, Name: "admin", Roles: []string{pki.RoleAdmin}}, time.Now())
+	}
+	id, err := pki.Load(pki.Source{CertsDir: tlsFlags.certs, Admin: true}, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("%w (copy admin.crt and admin.key from the certs directory plumeria init made, or unset PLUMERIA_CERTS for a cluster without TLS)", err)
+	}
+	return id, nil
 }
 
 // memberIdentity returns the identity of a process that is a cluster

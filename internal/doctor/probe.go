@@ -19,6 +19,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pb"
+	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
 // Options says what to check besides the machine itself.
@@ -27,7 +28,13 @@ type Options struct {
 	Listen   string   // HOST:PORT the server will listen on
 	Data     string   // the server's data directory
 	SkipFUSE bool     // a node that only runs servers needs no FUSE
-	Timeout  time.Duration
+	Certs    string   // the certs directory (--certs); "" none
+	Insecure bool     // TLS turned off
+	// Identity is the one the commands use (loaded from Certs), or
+	// IdentityErr why it could not be loaded.
+	Identity    *pki.Identity
+	IdentityErr error
+	Timeout     time.Duration
 }
 
 // Run runs every check that applies and returns the results in a fixed
@@ -36,7 +43,7 @@ func Run(ctx context.Context, o Options) []Result {
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	rs := []Result{platform(), nofile()}
+	rs := []Result{platform(), nofile(), certificates(o)}
 	if !o.SkipFUSE {
 		rs = append(rs, fuseDevice(), fuseModule(), fuseMount())
 	}
@@ -50,6 +57,18 @@ func Run(ctx context.Context, o Options) []Result {
 		rs = append(rs, coordinator(ctx, a, o.Timeout)...)
 	}
 	return rs
+}
+
+func certificates(o Options) Result {
+	id := o.Identity
+	if o.Insecure || o.Certs == "" || o.IdentityErr != nil || id == nil || id.Certificate() == nil {
+		err := o.IdentityErr
+		if err == nil && !o.Insecure && o.Certs != "" {
+			err = errors.New("no certificate loaded")
+		}
+		return Certificates(o.Certs, o.Insecure, err, "", "", time.Time{}, time.Now())
+	}
+	return Certificates(o.Certs, false, nil, id.Name(), id.ClusterID(), id.Certificate().NotAfter, time.Now())
 }
 
 func platform() Result {

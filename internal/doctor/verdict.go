@@ -334,3 +334,31 @@ func ListeningInodes(procNetTCP string, port int) []uint64 {
 	}
 	return out
 }
+
+// CertExpiryWarn is how close to its end a certificate gets a warning.
+const CertExpiryWarn = 30 * 24 * time.Hour
+
+// Certificates judges the certificates this node's commands use (--certs
+// or PLUMERIA_CERTS, docs/security.md): dir "" means none were given,
+// insecure that TLS is turned off; loadErr is the error of loading the
+// admin certificate; name, cluster and notAfter describe it.
+func Certificates(dir string, insecure bool, loadErr error, name, cluster string, notAfter, now time.Time) Result {
+	r := Result{Check: "tls"}
+	switch {
+	case insecure:
+		r.Detail = "TLS turned off (--insecure): plaintext, no authentication"
+	case dir == "":
+		r.Verdict, r.Detail = Warn, "no certs directory: commands speak plaintext, which a cluster with TLS refuses"
+		r.Fix = "plumeria init --certs DIR once, copy DIR to every machine, export PLUMERIA_CERTS=DIR (or --insecure for a cluster without TLS)"
+	case loadErr != nil:
+		r.Verdict, r.Detail = Fail, loadErr.Error()
+		r.Fix = "give the certs directory made by plumeria init (ca.crt, admin.crt, admin.key)"
+	case notAfter.Sub(now) < CertExpiryWarn:
+		r.Verdict = Warn
+		r.Detail = fmt.Sprintf("certificate %s of cluster %s ends %s (in %v)", name, cluster, notAfter.UTC().Format(time.DateOnly), notAfter.Sub(now).Round(time.Hour))
+		r.Fix = "make a new one from the CA before it ends"
+	default:
+		r.Detail = fmt.Sprintf("certificate %s of cluster %s in %s, valid until %s", name, cluster, dir, notAfter.UTC().Format(time.DateOnly))
+	}
+	return r
+}

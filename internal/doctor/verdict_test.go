@@ -182,3 +182,12 @@ func TestCount(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+func TestCertificates(t *testing.T) {
+	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
+	check(t, Certificates("", true, nil, "", "", time.Time{}, now), OK, "--insecure")
+	check(t, Certificates("", false, nil, "", "", time.Time{}, now), Warn, "plaintext", "plumeria init", "PLUMERIA_CERTS")
+	check(t, Certificates("/c", false, errors.New("pki: read identity: no admin.crt"), "", "", time.Time{}, now), Fail, "admin.crt", "plumeria init")
+	check(t, Certificates("/c", false, nil, "admin", "prod", now.Add(10*24*time.Hour), now), Warn, "admin", "prod", "2026-12-07", "240h")
+	check(t, Certificates("/c", false, nil, "admin", "prod", now.Add(CertExpiryWarn+time.Hour), now), OK, "admin", "prod", "/c")
+}

@@ -18,9 +18,11 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,10 +39,11 @@ const sniffTimeout = 10 * time.Second
 
 // Mux splits one listener into a gRPC listener and a Raft stream layer.
 type Mux struct {
-	ln   net.Listener
-	id   *pki.Identity // nil: plaintext
-	grpc *chanListener
-	raft *chanListener
+	ln     net.Listener
+	id     *pki.Identity // nil: plaintext
+	logger atomic.Pointer[slog.Logger]
+	grpc   *chanListener
+	raft   *chanListener
 }
 
 // Listen listens on addr and starts dispatching connections. With id
@@ -53,6 +56,16 @@ func Listen(addr string, id *pki.Identity) (*Mux, error) {
 	m := &Mux{ln: ln, id: id, grpc: newChanListener(ln.Addr()), raft: newChanListener(ln.Addr())}
 	go m.serve()
 	return m, nil
+}
+
+// SetLogger sets where refused connections are logged (default: nowhere).
+func (m *Mux) SetLogger(l *slog.Logger) { m.logger.Store(l) }
+
+func (m *Mux) log() *slog.Logger {
+	if l := m.logger.Load(); l != nil {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 // Addr is the bound address.
@@ -92,7 +105,8 @@ func (m *Mux) dispatch(c net.Conn) {
 	if m.id != nil {
 		tc, err := pki.ServerHandshake(c, m.id.ServerConfig())
 		if err != nil {
-			return // closed by ServerHandshake
+			m.log().Debug("connection refused", "err", err) // closed by ServerHandshake
+			return
 		}
 		c = tc
 	}
@@ -106,7 +120,10 @@ func (m *Mux) dispatch(c net.Conn) {
 	}
 	if first[0] == RaftMagic {
 		if m.id != nil && !verifiedRole(c.(*tls.Conn).ConnectionState(), pki.RoleCoordinator) {
-			c.Close() // only coordinators take part in Raft
+			// Only coordinators take part in Raft: a member whose
+			// certificate lacks the role is misconfigured, say so.
+			m.log().Warn("Raft stream refused: the peer's certificate has no coordinator role", "remote", c.RemoteAddr())
+			c.Close()
 			return
 		}
 		_, _ = br.Discard(1)

@@ -77,6 +77,7 @@ func TestDoctor(t *testing.T) {
 	// Same machine, same clock: never a real skew; a loaded machine may
 	// make the round trip too slow to tell (WARN), never FAIL.
 	wantVerdict(t, lines, "clock "+p.addr, "OK WARN", "±")
+	wantVerdict(t, lines, "tls", "OK", "certificate admin of cluster e2e")
 	if _, ok := lines["fuse-device"]; ok {
 		t.Errorf("--skip-fuse ran the FUSE checks")
 	}

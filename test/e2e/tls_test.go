@@ -3,11 +3,14 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -100,6 +103,14 @@ func tlsRPC(t *testing.T, addr string, creds grpc.DialOption, kind string) error
 		_, err = pb.NewCoordinatorClient(conn).Status(ctx, &pb.StatusRequest{})
 	case "RegisterBrick":
 		_, err = pb.NewCoordinatorClient(conn).RegisterBrick(ctx, &pb.RegisterBrickRequest{Name: "evil", Addr: "127.0.0.1:1"})
+	case "RegisterLockServer":
+		_, err = pb.NewCoordinatorClient(conn).RegisterLockServer(ctx, &pb.RegisterLockServerRequest{Name: "evil", Addr: "127.0.0.1:1"})
+	case "Heartbeat":
+		_, err = pb.NewCoordinatorClient(conn).Heartbeat(ctx, &pb.HeartbeatRequest{Name: "b1"})
+	case "SGSynced":
+		_, err = pb.NewCoordinatorClient(conn).SGSynced(ctx, &pb.SGSyncedRequest{})
+	case "ShardPut":
+		_, err = pb.NewBrickClient(conn).ShardPut(ctx, &pb.ShardPutRequest{})
 	case "Read":
 		_, err = pb.NewBrickClient(conn).Read(ctx, &pb.ReadRequest{})
 	case "Replicate":
@@ -176,8 +187,17 @@ func TestTLS(t *testing.T) {
 	} else {
 		t.Logf("mount RegisterBrick: %v", err)
 	}
-	if err := tlsRPC(t, brickAddr, mount, "Replicate"); status.Code(err) != codes.PermissionDenied {
-		t.Errorf("mount Replicate: %v, want PermissionDenied", err)
+	for _, tc := range []struct{ addr, call string }{
+		{brickAddr, "Replicate"}, {brickAddr, "ShardPut"},
+		{coordAddr, "RegisterLockServer"}, {coordAddr, "Heartbeat"}, {coordAddr, "SGSynced"},
+	} {
+		if err := tlsRPC(t, tc.addr, mount, tc.call); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("mount %s: %v, want PermissionDenied", tc.call, err)
+		}
+	}
+	// The operator's certificate administers, but is no brick.
+	if err := tlsRPC(t, brickAddr, admin, "ShardPut"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("admin ShardPut: %v, want PermissionDenied", err)
 	}
 	if err := tlsRPC(t, coordAddr, admin, "Status"); err != nil {
 		t.Errorf("admin Status: %v", err)
@@ -238,6 +258,10 @@ func TestTLS(t *testing.T) {
 	}
 	c.cli("status", c.coordArg())
 	c.checkAlive()
+	// The CLI without certificates: refused, and told why.
+	if code, stderr := runNoCerts(t, "status", c.coordArg()); code == 0 || !strings.Contains(stderr, "no --certs given") {
+		t.Errorf("status without certificates: exit %d, %q; want a hint about --certs", code, stderr)
+	}
 
 	// HTTP: c1 asks for a client certificate, b1 (--metrics-insecure) not.
 	if _, err := httpsGet(t, c1HTTP, nil); err == nil {
@@ -330,4 +354,61 @@ func httpsGet(t *testing.T, addr string, cert *tls.Certificate) (string, error) 
 		return "", fmt.Errorf("status %s", resp.Status)
 	}
 	return string(b), err
+}
+
+// runNoCerts runs the CLI without PLUMERIA_CERTS in its environment.
+func runNoCerts(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), cliTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, plumeriaBin, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PLUMERIA_CERTS=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("run plumeria %s: %v", strings.Join(args, " "), err)
+	}
+	return cmd.ProcessState.ExitCode(), stderr.String()
+}
+
+// TestTLSCommands: init refuses to overwrite a CA; a server or mount
+// with neither certificates nor --insecure refuses to start with a
+// one-line reason naming plumeria init and --insecure.
+func TestTLSCommands(t *testing.T) {
+	if certsDir == "" {
+		t.Skip("the run has no CA")
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"init", "--certs", certsDir}, []string{"already exists", "refusing to overwrite"}},
+		{[]string{"init"}, []string{"give --certs DIR"}},
+		{[]string{"init", "--certs", filepath.Join(dir, "c"), "--cluster", "Bad Name"}, []string{"cluster id"}},
+		{[]string{"server", "--name", "s", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "s"), "--brick"}, []string{"plumeria init", "--insecure"}},
+		{[]string{"mount", "--volume", "v", "--name", "m", filepath.Join(dir, "mnt")}, []string{"plumeria init", "--insecure"}},
+		{[]string{"server", "--name", "s", "--listen", "127.0.0.1:0", "--data", filepath.Join(dir, "s"), "--brick", "--certs", filepath.Join(dir, "none")}, []string{"plumeria init"}},
+	} {
+		code, stderr := runNoCerts(t, tc.args...)
+		lines := strings.Count(strings.TrimSpace(stderr), "\n") + 1
+		ok := code != 0 && lines == 1
+		for _, w := range tc.want {
+			ok = ok && strings.Contains(stderr, w)
+		}
+		if !ok {
+			t.Errorf("plumeria %s: exit %d, stderr %q; want a one-line error with %q", strings.Join(tc.args, " "), code, stderr, tc.want)
+		}
+	}
+	// A new CA: init prints what it made and the export line.
+	out, err := exec.Command(plumeriaBin, "init", "--certs", filepath.Join(dir, "new"), "--cluster", "t").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "export PLUMERIA_CERTS=") || !strings.Contains(string(out), "admin.crt") {
+		t.Errorf("plumeria init: %v\n%s", err, out)
+	}
 }
