@@ -22,23 +22,8 @@ import (
 // issued returns an identity of ca for name and roles.
 func issued(t *testing.T, ca *pki.CA, name string, roles ...string) *pki.Identity {
 	t.Helper()
-	key, err := pki.NewKey()
+	id, err := ca.NewIdentity(name, roles, time.Hour, time.Now())
 	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := ca.Issue(key.Public(), name, roles, time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, err := pki.MarshalKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := pki.NewIdentity(ca.CertPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Set(cert, keyPEM); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -18,14 +18,8 @@ func TestRenewLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	const life = 3 * time.Second // certificates count whole seconds
-	key, _ := pki.NewKey()
-	keyPEM, _ := pki.MarshalKey(key)
-	cert, err := ca.Issue(key.Public(), "m1", []string{pki.RoleClient}, life, time.Now())
+	id, err := ca.NewIdentity("m1", []string{pki.RoleClient}, life, time.Now())
 	if err != nil {
-		t.Fatal(err)
-	}
-	id, _ := pki.NewIdentity(ca.CertPEM)
-	if err := id.Set(cert, keyPEM); err != nil {
 		t.Fatal(err)
 	}
 	first := id.Certificate()

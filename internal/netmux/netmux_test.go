@@ -14,17 +14,8 @@ import (
 
 func identity(t *testing.T, ca *pki.CA, name string, roles ...string) *pki.Identity {
 	t.Helper()
-	key, _ := pki.NewKey()
-	certPEM, err := ca.Issue(key.Public(), name, roles, time.Hour, time.Now())
+	id, err := ca.NewIdentity(name, roles, time.Hour, time.Now())
 	if err != nil {
-		t.Fatal(err)
-	}
-	keyPEM, _ := pki.MarshalKey(key)
-	id, err := pki.NewIdentity(ca.CertPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := id.Set(certPEM, keyPEM); err != nil {
 		t.Fatal(err)
 	}
 	return id

@@ -78,11 +78,31 @@ func Load(s Source, now time.Time) (*Identity, error) {
 		}
 		return nil, fmt.Errorf("%w for %s: %s has no %s to issue one (copy the CA key made by `plumeria init` there%s)", ErrNoCertificate, s.Name, s.CertsDir, CAKeyFile, where)
 	}
+	id, err := ca.NewIdentity(s.Name, s.Roles, lifetime, now)
+	if err != nil {
+		return nil, err
+	}
+	if s.StateDir != "" {
+		if err := id.Save(s.StateDir); err != nil {
+			return nil, err
+		}
+	}
+	return id, nil
+}
+
+func sameCA(id *Identity, ca *CA) bool {
+	return bytes.Equal(bytes.TrimSpace(id.CACertPEM()), bytes.TrimSpace(ca.CertPEM))
+}
+
+// NewIdentity makes a new key and a certificate of ca for it (Issue),
+// valid from now for lifetime, and returns them as an identity that
+// trusts ca.
+func (ca *CA) NewIdentity(name string, roles []string, lifetime time.Duration, now time.Time) (*Identity, error) {
 	key, err := NewKey()
 	if err != nil {
 		return nil, err
 	}
-	certPEM, err := ca.Issue(key.Public(), s.Name, s.Roles, lifetime, now)
+	certPEM, err := ca.Issue(key.Public(), name, roles, lifetime, now)
 	if err != nil {
 		return nil, err
 	}
@@ -99,16 +119,7 @@ func Load(s Source, now time.Time) (*Identity, error) {
 		return nil, err
 	}
 	id.cur.Store(l)
-	if s.StateDir != "" {
-		if err := id.Save(s.StateDir); err != nil {
-			return nil, err
-		}
-	}
 	return id, nil
-}
-
-func sameCA(id *Identity, ca *CA) bool {
-	return bytes.Equal(bytes.TrimSpace(id.CACertPEM()), bytes.TrimSpace(ca.CertPEM))
 }
 
 // reusable reports whether a stored identity still fits s.
