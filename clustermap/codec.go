@@ -20,6 +20,10 @@ import (
 // read and write such a volume at the wrong gens, but only bricks and
 // clients of this build or later are given volumes that have it (it is
 // set at creation only, never on an existing volume).
+// The map's tokens and revoked (session 19, security.go): a reader that
+// ignores them accepts no token it should refuse (it cannot issue) but
+// would not refuse a revoked node: run every member at this build or later
+// before revoking.
 const mapFormat = 1
 
 // mapBytesMax bounds an encoded map a decoder accepts.
