@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/plumeria-fs/plumeria/filesys/layout"
+	"github.com/plumeria-fs/plumeria/lock"
 )
 
 // Write-behind of file data. Write copies the bytes and returns once the
@@ -253,7 +254,8 @@ func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, of
 		err, noSpace := d.put(ctx, ino, buf, off, fver)
 		if err != nil {
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
-			d.fs.pages.drop(ino) // reads here must not return bytes the volume lacks
+			d.fs.pages.drop(ino)            // reads here must not return bytes the volume lacks
+			d.fs.invalidate(ino, lock.None) // nor the kernel's pages of them, kept across opens
 		}
 		d.mu.Lock()
 		d.doneLocked(seq, w)

@@ -7,8 +7,10 @@
 //
 //   - small files: create Files files of FileSize bytes spread over Dirs
 //     directories (files_create files/s), lstat each (files_stat files/s),
-//     list the directories (files_readdir entries/s), read each back and
-//     compare (files_read files/s), unlink each (files_delete files/s);
+//     list the directories (files_readdir entries/s) and list them again
+//     (files_relist entries/s), read each back and compare, its pages
+//     dropped first (files_read files/s), read each again (files_reread
+//     files/s), unlink each (files_delete files/s);
 //   - mkdir+rmdir of Mkdirs directories in one directory (mkdir_rmdir dirs/s);
 //   - sequential: SeqSize bytes in SeqIO-byte writes, then fsync, both timed
 //     (seq_write_fsync MiB/s), then read back and compared (seq_read MiB/s);

@@ -36,7 +36,8 @@ func (l testLog) Write(b []byte) (int, error) {
 
 var wantMetrics = []struct{ name, unit string }{
 	{"files_create", "files/s"}, {"files_stat", "files/s"}, {"files_readdir", "entries/s"},
-	{"files_read", "files/s"}, {"files_delete", "files/s"}, {"mkdir_rmdir", "dirs/s"},
+	{"files_relist", "entries/s"}, {"files_read", "files/s"}, {"files_reread", "files/s"},
+	{"files_delete", "files/s"}, {"mkdir_rmdir", "dirs/s"},
 	{"seq_write_fsync", "MiB/s"}, {"seq_read", "MiB/s"},
 	{"rand_read_4k", "IOPS"}, {"rand_write_4k", "IOPS"}, {"rand_mixed_qd16", "IOPS"},
 	{"write_fsync_4k_latency", "us"}, {"write_fsync_4k_latency_p99", "us"},

@@ -25,7 +25,8 @@ func benchDir(c *cobra.Command) {
 	c.Long = "`plumeria bench DIR` runs the standard file system workloads in fresh subdirectories of DIR\n" +
 		"(a Plumeria mount, or any directory) and removes them afterwards. Results go to stdout, one\n" +
 		"line per metric, progress to stderr:\n" +
-		"  files_create, files_stat, files_read, files_delete files/s; files_readdir entries/s;\n" +
+		"  files_create, files_stat, files_read (cold), files_reread (again), files_delete files/s;\n" +
+		"  files_readdir, files_relist (again) entries/s;\n" +
 		"  mkdir_rmdir dirs/s; seq_write_fsync, seq_read MiB/s; rand_read_4k, rand_write_4k IOPS;\n" +
 		"  rand_mixed_qd16 IOPS (4 KiB random reads and writes, 70/30, 16 in flight: --rand-qd);\n" +
 		"  write_fsync_4k_latency, write_fsync_4k_latency_p99 us (a 4 KiB write then fsync, median\n" +

@@ -47,7 +47,7 @@ var (
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.m.inval.refresh(n.ino())
-	return &dirHandle{n: n}, 0, 0
+	return &dirHandle{n: n}, n.m.dirFlags(n.ino()), 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {

@@ -31,11 +31,35 @@ func (n *node) genOf(f fs.FileHandle) uint64 {
 // fsyncDataOnly is FUSE_FSYNC_FDATASYNC in FSYNC's flags.
 const fsyncDataOnly = 1
 
-func (m *Server) openFlags() uint32 {
+// openFlags says whether an open of file ino keeps the pages the kernel
+// caches for it: with Options.KeepCache always; with CacheTimeout unless a
+// page invalidation of ino is queued or running (invalidator.keep: then
+// the open drops them, and reads them again from FileSystem).
+func (m *Server) openFlags(ino uint64) uint32 {
+	if m.opts.KeepCache || (m.opts.CacheTimeout > 0 && m.inval.keep(ino)) {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
+}
+
+// createFlags: a file just made has no pages to keep, and one that existed
+// (CREATE without O_EXCL) is treated as any open that cannot keep them.
+func (m *Server) createFlags() uint32 {
 	if m.opts.KeepCache {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	return 0
+}
+
+// dirFlags lets the kernel cache directory ino's listing and keep it across
+// opendirs (CacheTimeout only): the invalidator drops it with the
+// directory's attributes when its lock leaves (listing).
+func (m *Server) dirFlags(ino uint64) uint32 {
+	if m.opts.CacheTimeout <= 0 {
+		return 0
+	}
+	m.inval.listing(ino)
+	return fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, en syscall.Errno) {
@@ -53,7 +77,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint3
 			return nil, 0, n.errno("open truncate", err)
 		}
 	}
-	return &handle{appendMode: flags&syscall.O_APPEND != 0, gen: n.StableAttr().Gen}, n.m.openFlags(), 0
+	return &handle{appendMode: flags&syscall.O_APPEND != 0, gen: n.StableAttr().Gen}, n.m.openFlags(n.ino()), 0
 }
 
 // Release ends one Open or Create. Locks held through the handle were

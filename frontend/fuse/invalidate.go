@@ -37,11 +37,26 @@ import (
 //     no lock. Only when a directory whose names the kernel may cache
 //     since the last bump loses its lock (namesCached), so a node working
 //     alone keeps its whole dentry cache.
-//   - Pages: NOTIFY_INVAL_INODE of a range waits for locked pages, and a
-//     READ holding them may wait for the lock being revoked: pages are
-//     dropped from a goroutine of the invalidator's own and never waited
-//     for (files are opened without FOPEN_KEEP_CACHE unless
-//     Options.KeepCache, so an open drops them anyway).
+//   - Pages of files: NOTIFY_INVAL_INODE of a range waits for locked
+//     pages, and a READ or WRITE holding them may wait for the lock being
+//     revoked: they are dropped from a goroutine of the invalidator's own
+//     and never waited for. Meanwhile the attribute invalidation above
+//     covers them: the kernel asks for the attributes before its next read
+//     (FUSE_AUTO_INVAL_DATA) and drops every page of a file whose size or
+//     mtime changed. An open keeps the file's pages (FOPEN_KEEP_CACHE) only
+//     when no page invalidation of it is queued or running (keep): pages
+//     the kernel holds then were all read after the last time the lock
+//     left, so even a change the mtime does not show (a same-size write
+//     whose mtime was set back) is seen by the next open.
+//   - Pages of directories (the kernel's cached listing, FOPEN_CACHE_DIR):
+//     no request holds a directory's page locked while it waits for
+//     FileSystem (the kernel fills the cache after each READDIR reply), so
+//     a directory this mount let the kernel list into its cache (listed)
+//     has its pages dropped together with its attributes, at once. A
+//     READDIR reply in flight across that cannot leave a stale listing
+//     either: the kernel checks the directory's mtime (asked again, since
+//     the attributes were dropped) against the listing's at the next
+//     opendir, and a listing missing its first page is read again.
 //
 // Pending page work is deduplicated, so it is bounded by the number of
 // distinct inodes and names.
@@ -75,6 +90,12 @@ type invalidator struct {
 	entries int
 	seq     uint64
 	recent  map[uint64]uint64
+	// queued counts, by inode, the page invalidations queued or running
+	// (keep); listed holds the directories whose listing the kernel may
+	// cache (dropped with the attributes, see the type's comment), until
+	// the kernel forgets them.
+	queued map[uint64]int
+	listed map[uint64]struct{}
 }
 
 type invalidation struct {
@@ -90,6 +111,8 @@ func (v *invalidator) start(srv *fuse.Server, log *slog.Logger, ep *epochs, refs
 	v.wake = make(chan struct{}, 1)
 	v.done = make(chan struct{})
 	v.pending = make(map[invalidation]struct{})
+	v.queued = make(map[uint64]int)
+	v.listed = make(map[uint64]struct{})
 	go v.run()
 }
 
@@ -110,7 +133,14 @@ func (v *invalidator) add(ino uint64, dir bool, name string) {
 		return
 	}
 	bump := name != ""
-	if st := v.srv.InodeNotify(ino, -1, 0); st == fuse.ENOENT {
+	v.mu.Lock()
+	_, listed := v.listed[ino]
+	v.mu.Unlock()
+	off := int64(-1) // attributes only
+	if listed {
+		off = 0 // attributes and the cached listing (every page)
+	}
+	if st := v.srv.InodeNotify(ino, off, 0); st == fuse.ENOENT {
 		v.mu.Lock()
 		switch {
 		case v.refs.known(ino): // case (2): a counted reply is on its way
@@ -140,7 +170,9 @@ func (v *invalidator) add(ino uint64, dir bool, name string) {
 	if v.stopped {
 		return
 	}
-	v.queue(invalidation{ino: ino})
+	if !listed {
+		v.queue(invalidation{ino: ino})
+	}
 	if name != "" {
 		v.queue(invalidation{ino: ino, name: name})
 	}
@@ -216,15 +248,31 @@ func (v *invalidator) refresh(ino uint64) {
 
 // forgotten: the kernel dropped ino; nothing of it is cached any more.
 func (v *invalidator) forgotten(ino uint64) {
-	if v.nlost.Load() == 0 {
-		return
-	}
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	delete(v.listed, ino)
 	if _, ok := v.lost[ino]; ok {
 		delete(v.lost, ino)
 		v.nlost.Add(-1)
 	}
-	v.mu.Unlock()
+}
+
+// keep reports whether an open of file ino may keep the pages the kernel
+// caches for it (FOPEN_KEEP_CACHE): no page invalidation of ino is queued
+// or running, so every page cached was read since its lock last left.
+func (v *invalidator) keep(ino uint64) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.queued[ino] == 0
+}
+
+// listing notes that the kernel may cache directory ino's listing from now
+// on (FOPEN_CACHE_DIR): called before the opendir's reply, so before any
+// READDIR of it, and kept until the kernel forgets ino.
+func (v *invalidator) listing(ino uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.listed[ino] = struct{}{}
 }
 
 // all drops every name and the attributes of every inode the kernel
@@ -242,6 +290,9 @@ func (v *invalidator) queue(i invalidation) {
 	}
 	v.pending[i] = struct{}{}
 	v.order = append(v.order, i)
+	if i.name == "" {
+		v.queued[i.ino]++
+	}
 }
 
 // stop ends run after the work already queued; add does nothing after it.
@@ -269,6 +320,13 @@ func (v *invalidator) run() {
 			}
 			for _, i := range batch {
 				v.notify(i)
+				if i.name == "" {
+					v.mu.Lock()
+					if v.queued[i.ino]--; v.queued[i.ino] <= 0 {
+						delete(v.queued, i.ino)
+					}
+					v.mu.Unlock()
+				}
 			}
 		}
 	}

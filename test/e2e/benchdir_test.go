@@ -20,6 +20,7 @@ var tinyBench = []string{"--files", "200", "--dirs", "4", "--mkdirs", "50",
 // benchMetrics are the metrics of `plumeria bench DIR` and their units.
 var benchMetrics = map[string]string{
 	"files_create": "files/s", "files_stat": "files/s", "files_readdir": "entries/s", "files_read": "files/s",
+	"files_relist": "entries/s", "files_reread": "files/s",
 	"files_delete": "files/s", "mkdir_rmdir": "dirs/s", "seq_write_fsync": "MiB/s", "seq_read": "MiB/s",
 	"rand_read_4k": "IOPS", "rand_write_4k": "IOPS", "rand_mixed_qd16": "IOPS",
 	"write_fsync_4k_latency": "us", "write_fsync_4k_latency_p99": "us",

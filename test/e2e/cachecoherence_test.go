@@ -176,6 +176,15 @@ func (r *ccRound) mkXattr(n, key, val string) {
 	r.must("setxattr "+key, p, unix.Setxattr(p, key, []byte(val), 0))
 }
 
+// timesOnB returns n's access and modification times as B sees them, for
+// UtimesNano.
+func (r *ccRound) timesOnB(n string) []unix.Timespec {
+	r.Helper()
+	var st unix.Stat_t
+	r.must("stat on B", r.pb(n), unix.Lstat(r.pb(n), &st))
+	return []unix.Timespec{st.Atim, st.Mtim}
+}
+
 // --- caching through A ---
 
 func (r *ccRound) cacheStat(n string) {
@@ -767,6 +776,48 @@ func ccCases() []ccCase {
 				chkStat("d", like("d", "nlink", "2")),
 				chkStat("d/new", like("d/new", "size", fmt.Sprint(len(inDir)))),
 				chkRead("d/new", inDir),
+			},
+		},
+		{
+			// A name made on B, then the directory's times set back as
+			// they were (tar, rsync -a): the listing A's kernel caches is
+			// dropped with the lock, not on a change of the mtime.
+			name:  "create_in_listed_times_kept",
+			setup: dirWithX,
+			change: func(r *ccRound) {
+				kept := r.timesOnB("d")
+				r.must("create on B", r.pb("d/new"), os.WriteFile(r.pb("d/new"), inDir, 0o644))
+				r.must("utimes on B", r.pb("d"), unix.UtimesNano(r.pb("d"), kept))
+			},
+			checks: []ccCheck{
+				chkReaddir("d", "new", "x"),
+				chkReaddirOld("d", "new", "x"),
+				chkStat("d", like("d", "nlink", "2")),
+			},
+		},
+		{
+			// The same for a file's pages kept across opens: bytes
+			// rewritten in place on B, the times set back, so neither the
+			// size nor the mtime A's kernel compares has changed.
+			name:  "write_inplace_times_kept",
+			setup: bigFile,
+			change: func(r *ccRound) {
+				kept := r.timesOnB("f")
+				fd, err := unix.Open(r.pb("f"), unix.O_WRONLY|unix.O_CLOEXEC, 0)
+				r.must("open on B", r.pb("f"), err)
+				for _, off := range []int{0, 5000, big - 300} {
+					_, err := unix.Pwrite(fd, inplace[off:off+300], int64(off))
+					r.must(fmt.Sprintf("pwrite at %d on B", off), r.pb("f"), err)
+				}
+				r.must("close on B", r.pb("f"), unix.Close(fd))
+				r.must("utimes on B", r.pb("f"), unix.UtimesNano(r.pb("f"), kept))
+			},
+			// Not the descriptor A kept open: within an open the kernel
+			// keeps pages until the background invalidation drops them
+			// (docs/caching.md).
+			checks: []ccCheck{
+				chkStat("f", like("f", "size", fmt.Sprint(big)).sameIno("f")),
+				chkRead("f", inplace),
 			},
 		},
 		{
