@@ -62,8 +62,11 @@ type Options struct {
 	// per 128 KiB. Set as root only (sysfs).
 	ReadAhead int
 
-	// KeepCache keeps a file's cached pages across opens (FOPEN_KEEP_CACHE);
-	// then only the invalidator drops them.
+	// KeepCache keeps a file's cached pages across every open
+	// (FOPEN_KEEP_CACHE); then only the invalidator drops them. With
+	// CacheTimeout alone an open keeps them only while no page
+	// invalidation of the file is queued or running (Server.openFlags),
+	// and directories' listings are cached (Server.dirFlags).
 	KeepCache bool
 
 	// ReadOnly mounts read-only ("ro"): the kernel refuses every change
