@@ -173,7 +173,8 @@ func TestCacheBoundedByLease(t *testing.T) {
 }
 
 // TestKeptPagesAndListings: with CacheTimeout the kernel keeps a file's
-// pages across opens and a directory's listing across opendirs; a file
+// pages across opens, a symlink's target, and a directory's listing
+// across opendirs; a file
 // whose page invalidation is still queued is opened without its pages, and
 // one invalidator call drops a listing at once, even when "another node"
 // changed the bytes or names without changing the size or the mtime.
@@ -223,6 +224,22 @@ func TestKeptPagesAndListings(t *testing.T) {
 	m.inval.mu.Lock()
 	delete(m.inval.queued, ino)
 	m.inval.mu.Unlock()
+
+	// A symlink's target: read once.
+	l := filepath.Join(dir, "l")
+	if err := os.Symlink("some/target", l); err != nil {
+		t.Fatal(err)
+	}
+	os.Readlink(l)
+	readlinks := opCount(t, m.stats, "readlink")
+	for range 3 {
+		if got, err := os.Readlink(l); err != nil || got != "some/target" {
+			t.Fatalf("readlink l = %q, %v", got, err)
+		}
+	}
+	if n := opCount(t, m.stats, "readlink") - readlinks; n != 0 {
+		t.Errorf("3 more readlinks of l sent %d READLINKs, want 0 (target cached)", n)
+	}
 
 	// A directory's listing: a name moved in behind the kernel's back and
 	// the directory's times set back as they were.

@@ -195,7 +195,11 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			// entry timeout, and then `ls -l` saves nothing over READDIR
 			// plus LOOKUPs.
 			DisableReadDirPlus: true,
-			Debug:              opts.Debug,
+			// A symlink's target never changes while its inode number
+			// and generation stay (a new target is a new inode, renamed
+			// over the old), so the kernel may keep it like a page.
+			EnableSymlinkCaching: opts.CacheTimeout > 0,
+			Debug:                opts.Debug,
 		},
 		EntryTimeout:    &entry,
 		AttrTimeout:     &attr,
