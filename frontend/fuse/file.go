@@ -33,10 +33,11 @@ const fsyncDataOnly = 1
 
 // openFlags says whether an open of file ino keeps the pages the kernel
 // caches for it: with Options.KeepCache always; with CacheTimeout unless a
-// page invalidation of ino is queued or running (invalidator.keep: then
+// page invalidation of ino is queued or running (invalidator.opened: then
 // the open drops them, and reads them again from FileSystem).
 func (m *Server) openFlags(ino uint64) uint32 {
-	if m.opts.KeepCache || (m.opts.CacheTimeout > 0 && m.inval.keep(ino)) {
+	keep := m.inval.opened(ino)
+	if m.opts.KeepCache || (m.opts.CacheTimeout > 0 && keep) {
 		return fuse.FOPEN_KEEP_CACHE
 	}
 	return 0
@@ -44,7 +45,8 @@ func (m *Server) openFlags(ino uint64) uint32 {
 
 // createFlags: a file just made has no pages to keep, and one that existed
 // (CREATE without O_EXCL) is treated as any open that cannot keep them.
-func (m *Server) createFlags() uint32 {
+func (m *Server) createFlags(ino uint64) uint32 {
+	m.inval.opened(ino)
 	if m.opts.KeepCache {
 		return fuse.FOPEN_KEEP_CACHE
 	}

@@ -44,7 +44,7 @@ import (
 //     covers them: the kernel asks for the attributes before its next read
 //     (FUSE_AUTO_INVAL_DATA) and drops every page of a file whose size or
 //     mtime changed. An open keeps the file's pages (FOPEN_KEEP_CACHE) only
-//     when no page invalidation of it is queued or running (keep): pages
+//     when no page invalidation of it is queued or running (opened): pages
 //     the kernel holds then were all read after the last time the lock
 //     left, so even a change the mtime does not show (a same-size write
 //     whose mtime was set back) is seen by the next open.
@@ -217,6 +217,9 @@ func (v *invalidator) entryDone(since uint64, out *fuse.EntryOut, fsys FileSyste
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if out != nil && out.NodeId != 0 {
+		if out.Attr.Mode&syscall.S_IFMT != syscall.S_IFDIR {
+			delete(v.listed, out.NodeId) // see opened: a number reused
+		}
 		v.refs.looked(fsys, out.NodeId)
 		if seq, ok := v.recent[out.NodeId]; ok && seq > since {
 			out.SetAttrTimeout(0)
@@ -257,12 +260,17 @@ func (v *invalidator) forgotten(ino uint64) {
 	}
 }
 
-// keep reports whether an open of file ino may keep the pages the kernel
-// caches for it (FOPEN_KEEP_CACHE): no page invalidation of ino is queued
-// or running, so every page cached was read since its lock last left.
-func (v *invalidator) keep(ino uint64) bool {
+// opened notes an open or create of file ino, and reports whether the
+// open may keep the pages the kernel caches for it (FOPEN_KEEP_CACHE): no
+// page invalidation of ino is queued or running, so every page cached was
+// read since its lock last left. ino is no directory of ours now: if its
+// number was a listed directory's (freed, then reused while the kernel
+// still held the old inode), it must no longer get the synchronous drop of
+// every page, which could wait for a READ or WRITE of the file.
+func (v *invalidator) opened(ino uint64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	delete(v.listed, ino)
 	return v.queued[ino] == 0
 }
 

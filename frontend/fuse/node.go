@@ -207,7 +207,7 @@ func (n *node) Create(ctx context.Context, name string, flags, mode uint32, out 
 		return nil, nil, 0, toErrno(n.m.log, "create open", a.Ino, err)
 	}
 	ch := n.child(ctx, a, out)
-	return ch, &handle{appendMode: flags&syscall.O_APPEND != 0, gen: a.Gen}, n.m.createFlags(), 0
+	return ch, &handle{appendMode: flags&syscall.O_APPEND != 0, gen: a.Gen}, n.m.createFlags(a.Ino), 0
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (_ *fs.Inode, en syscall.Errno) {
