@@ -55,9 +55,10 @@ func (m *Server) createFlags(ino uint64) uint32 {
 
 // dirFlags lets the kernel cache directory ino's listing and keep it across
 // opendirs (CacheTimeout only): the invalidator drops it with the
-// directory's attributes when its lock leaves (listing).
+// directory's attributes when its lock leaves (listing). Not for a
+// directory whose names change with no lock to tell (UncachedNames).
 func (m *Server) dirFlags(ino uint64) uint32 {
-	if m.opts.CacheTimeout <= 0 {
+	if m.opts.CacheTimeout <= 0 || (m.uncached != nil && m.uncached.UncachedNames(ino)) {
 		return 0
 	}
 	m.inval.listing(ino)
