@@ -103,6 +103,20 @@ func (fs *FS) readPages(ctx context.Context, ino uint64, p []byte, off uint64, u
 		// start after unlock overlap this Read (see above).
 		fs.data.settleRange(ino, idx*pageBytes, (idx+uint64(pages))*pageBytes)
 		unlock()
+		if whole := min(pages, len(p)/pageBytes); fs.cfg.StreamReads && in == 0 && whole >= streamPages {
+			// A stream (the kernel's read-ahead): straight into p, not
+			// cached here. The kernel's page cache holds these bytes, and
+			// a stream would only push smaller files' pages out of this
+			// cache; no buffer to clear and copy through either.
+			m := whole * pageBytes
+			addr := layout.ExtentAddr(ino) + off
+			if err := fs.cfg.Dev.ReadAt(ctx, p[:m], addr); err != nil {
+				return fs.ioError("read file data", addr, err)
+			}
+			fs.stats.streamed.Add(float64(m))
+			p, off = p[m:], off+uint64(m)
+			continue
+		}
 		buf := make([]byte, pages*pageBytes)
 		addr := layout.ExtentAddr(ino) + idx*pageBytes
 		if err := fs.cfg.Dev.ReadAt(ctx, buf, addr); err != nil {

@@ -125,6 +125,12 @@ type Config struct {
 	// DataCacheBytes bounds the clean file data the node caches
 	// (pagecache.go); 0: DataCacheDefault, below 0: none.
 	DataCacheBytes int64
+	// StreamReads: the reader keeps a page cache of its own (a FUSE
+	// mount's kernel), so a read of streamPages or more whole pages this
+	// node lacks goes straight into the reader's buffer, not cached here.
+	// Without it (an NFS gateway, whose clients may read a file over and
+	// over) every page read is cached.
+	StreamReads bool
 	// ReadOnly opens a device nothing changes (a snapshot): no log slot,
 	// no locks from the lock service (Locker is not used), and every
 	// change is ErrReadOnly (readonly.go).

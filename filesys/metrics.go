@@ -58,6 +58,8 @@ var (
 		Help: "File data pages (64 KiB) reads found in the fs node's data cache."}
 	pageMissesOpts = prometheus.CounterOpts{Name: "plumeria_fs_data_cache_misses_total",
 		Help: "File data pages (64 KiB) reads had to read from the volume."}
+	pageStreamedOpts = prometheus.CounterOpts{Name: "plumeria_fs_data_cache_streamed_bytes_total",
+		Help: "File data read straight into the reader's buffer, not cached here: runs of 256 KiB or more (the kernel's read-ahead; its page cache holds them)."}
 	pageBytesOpts = prometheus.GaugeOpts{Name: "plumeria_fs_data_cache_bytes",
 		Help: "Bytes of clean file data the fs node caches (bounded by --data-cache)."}
 )
@@ -87,6 +89,7 @@ type stats struct {
 	recoverySeconds               prometheus.Observer
 	recoveryBlocks                prometheus.Counter
 	pageHits, pageMisses          prometheus.Counter
+	streamed                      prometheus.Counter // readPages: streams not cached
 	pageBytes                     prometheus.Gauge
 	quotaGrows, quotaRefused      prometheus.Counter // quota.go
 
@@ -116,7 +119,7 @@ func newStats(r prometheus.Registerer, volume string) *stats {
 		dataBytes:      counter(dataBytesOpts), dataErrors: counter(dataErrorsOpts),
 		recoveries: counter(recoveriesOpts), recoveryFailures: counter(recoveryFailuresOpts),
 		recoverySeconds: hist(recoverySecondsOpts), recoveryBlocks: counter(recoveryBlocksOpts),
-		pageHits: counter(pageHitsOpts), pageMisses: counter(pageMissesOpts),
+		pageHits: counter(pageHitsOpts), pageMisses: counter(pageMissesOpts), streamed: counter(pageStreamedOpts),
 		pageBytes:  prom.Shared(r, prometheus.NewGaugeVec(pageBytesOpts, []string{"volume"})).WithLabelValues(volume),
 		quotaGrows: counter(quotaGrowsOpts), quotaRefused: counter(quotaRefusedOpts),
 	}

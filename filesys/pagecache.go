@@ -53,6 +53,12 @@ type pageCache struct {
 // needs that is missing with one volume read (readPages).
 const pageBytes = 64 << 10
 
+// streamPages: a read that needs this many missing whole pages in a row
+// (256 KiB: the kernel's read-ahead of a sequential reader) reads them
+// straight into the reader's buffer and does not cache them (readPages),
+// if Config.StreamReads.
+const streamPages = 4
+
 type pageKey struct{ ino, idx uint64 }
 
 // pageFill is a read from the volume under way: the pages it may fetch

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/plumeria-fs/plumeria/filesys/fstest"
 	"github.com/plumeria-fs/plumeria/filesys/layout"
 	"github.com/plumeria-fs/plumeria/lock"
@@ -226,5 +228,49 @@ func TestPageFillRanges(t *testing.T) {
 	c.endFill(g)
 	if len(c.fills) != 0 {
 		t.Fatalf("%d inodes with fills left", len(c.fills))
+	}
+}
+
+// TestDataCacheStream: a read of four or more whole pages that are not
+// cached (the kernel's read-ahead of a sequential reader) goes straight to
+// the volume and is not cached; smaller reads are.
+func TestDataCacheStream(t *testing.T) {
+	ctx := context.Background()
+	dev := readCounter{memDevice: formatted(t), from: layout.DataBase, to: ^uint64(0), n: new(atomic.Int64)}
+	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1, StreamReads: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close(ctx)
+	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<20/16)
+	if _, err := fs.Write(ctx, a.Ino, a.Gen, want, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	read := func(what string, off, n int, volumeReads int64) {
+		t.Helper()
+		before := dev.n.Load()
+		got := make([]byte, n)
+		m, err := fs.Read(ctx, a.Ino, a.Gen, got, uint64(off))
+		if err != nil || m != n || !bytes.Equal(got, want[off:off+n]) {
+			t.Fatalf("%s: read %d of %d bytes, %v; content differs: %v", what, m, n, err, !bytes.Equal(got[:m], want[off:off+m]))
+		}
+		if r := dev.n.Load() - before; r != volumeReads {
+			t.Errorf("%s: %d volume reads, want %d", what, r, volumeReads)
+		}
+	}
+	read("1 MiB read", 0, 1<<20, 1)
+	read("the same again (streamed: not cached)", 0, 1<<20, 1)
+	read("three pages and a half", 0, 3*pageBytes+100, 1)
+	read("the same again (cached)", 0, 3*pageBytes+100, 0)
+	// Pages 0-3 cached now, 4-15 not: the read takes the four from the
+	// cache and streams the twelve after them.
+	read("1 MiB read, a third cached", 0, 1<<20, 1)
+	read("an unaligned 1 MiB read", 1000, 1<<20-1000, 1)
+	if got, want := testutil.ToFloat64(fs.stats.streamed), float64(2<<20+2*12*pageBytes); got != want {
+		t.Errorf("streamed bytes: %v, want %v", got, want)
 	}
 }

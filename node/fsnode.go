@@ -46,7 +46,10 @@ type FSNodeOptions struct {
 	// DataCacheBytes bounds the node's cache of clean file data
 	// (filesys.Config.DataCacheBytes: 0 the default, below 0 none).
 	DataCacheBytes int64
-	Logger         *slog.Logger
+	// StreamReads: the node serves a FUSE mount, whose kernel caches
+	// pages itself (filesys.Config.StreamReads).
+	StreamReads bool
+	Logger      *slog.Logger
 	// Registerer receives the metrics of the volume client, the lock
 	// clerk and the file system; nil means prometheus.DefaultRegisterer,
 	// which the process's /metrics serves.
@@ -134,7 +137,7 @@ func MountFS(ctx context.Context, cc *coordclient.Client, name, id string, opts 
 		return fail(err)
 	}
 	n.FS, err = filesys.Open(ctx, filesys.Config{Dev: NewFSDevice(vol), Locker: n.clerk, Table: name, ID: id, Session: session,
-		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
+		FlushInterval: opts.FlushInterval, DataCacheBytes: opts.DataCacheBytes, StreamReads: opts.StreamReads, Logger: log, Capacity: capacityOf(cc, name), Registerer: opts.Registerer,
 		OnFail: n.endSession, CleanInterval: opts.CleanInterval,
 		Policies: NewPolicyDevice(vol, cc, name), MoveInterval: opts.MoveInterval, MoveQuiet: opts.MoveQuiet})
 	if err != nil {

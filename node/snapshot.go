@@ -171,7 +171,7 @@ func MountSnapshot(ctx context.Context, cc *coordclient.Client, name, snap strin
 	}
 	dev := NewSnapshotDevice(vol, snap)
 	fsys, err := filesys.Open(ctx, filesys.Config{Dev: dev, ReadOnly: true, Table: name + "@" + snap, ID: "snapshot",
-		DataCacheBytes: opts.DataCacheBytes, Logger: opts.Logger, Registerer: opts.Registerer})
+		DataCacheBytes: opts.DataCacheBytes, StreamReads: opts.StreamReads, Logger: opts.Logger, Registerer: opts.Registerer})
 	if err != nil {
 		vol.Close()
 		return nil, fmt.Errorf("open snapshot %s of volume %s: %w", snap, name, err)

@@ -208,7 +208,7 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 	if err := checkMountPoint(dir); err != nil {
 		return nil, err
 	}
-	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache,
+	n, err := node.MountFS(ctx, cl, name, id, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache, StreamReads: true,
 		MoveInterval: mo.moveInterval, MoveQuiet: mo.moveQuiet})
 	if err != nil {
 		if errors.Is(err, filesys.ErrNotFormatted) {
@@ -219,7 +219,7 @@ func mountFS(ctx context.Context, cl *coordclient.Client, name, id, dir string, 
 	opts := mo.fuse
 	opts.Volume, opts.Logger = name, log
 	// The mount shows the volume's snapshots under .plumeria.
-	view := history.New(n.FS, node.Snapshots(cl, name, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache}))
+	view := history.New(n.FS, node.Snapshots(cl, name, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache, StreamReads: true}))
 	m, err := serveMount(dir, view, opts, func(ctx context.Context) error {
 		view.CloseSnapshots(ctx)
 		return n.Close(ctx)
@@ -242,7 +242,7 @@ func mountSnapshot(ctx context.Context, cl *coordclient.Client, name, snap, dir 
 	if !slices.ContainsFunc(snaps, func(s history.Snapshot) bool { return s.Name == snap }) {
 		return nil, fmt.Errorf("volume %s has no snapshot %q (plumeria snapshot list --volume %s shows them)", name, snap, name)
 	}
-	n, err := node.MountSnapshot(ctx, cl, name, snap, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache})
+	n, err := node.MountSnapshot(ctx, cl, name, snap, node.FSNodeOptions{Logger: log, DataCacheBytes: mo.dataCache, StreamReads: true})
 	if err != nil {
 		return nil, err
 	}
