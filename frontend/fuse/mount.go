@@ -37,8 +37,10 @@ type Options struct {
 	// leaves this node): see invalidator for how each cache is dropped
 	// without a race against replies in flight. Names are cached only
 	// where the kernel takes dentry epochs (FUSE 7.44, Linux 6.16;
-	// epoch.go); attributes everywhere. It overrides the three timeouts
-	// below.
+	// epoch.go); attributes everywhere. With it the kernel also keeps
+	// file pages across opens (Server.openFlags), directory listings
+	// (Server.dirFlags) and symlink targets. It overrides the three
+	// timeouts below.
 	CacheTimeout time.Duration
 
 	// EntryTimeout and AttrTimeout let the kernel reuse a looked-up name or
