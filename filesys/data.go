@@ -254,8 +254,11 @@ func (d *dataWriter) startLocked(ctx context.Context, ino uint64, buf []byte, of
 		err, noSpace := d.put(ctx, ino, buf, off, fver)
 		if err != nil {
 			d.fs.log.Warn("file data write failed (fsync reports it)", "ino", ino, "off", off, "bytes", len(buf), "err", err)
-			d.fs.pages.drop(ino)            // reads here must not return bytes the volume lacks
-			d.fs.invalidate(ino, lock.None) // nor the kernel's pages of them, kept across opens
+			d.fs.pages.drop(ino) // reads here must not return bytes the volume lacks
+			// Nor the kernel's pages of them, kept across opens. On a
+			// goroutine of its own, as in fail: telling the kernel may
+			// wait for it, and writes may wait for this one's bytes.
+			go d.fs.invalidate(ino, lock.None)
 		}
 		d.mu.Lock()
 		d.doneLocked(seq, w)
