@@ -20,16 +20,7 @@ import (
 // (made on the volume directly here) is read afterwards.
 func TestDataCache(t *testing.T) {
 	ctx := context.Background()
-	dev := readCounter{memDevice: formatted(t), from: layout.DataBase, to: ^uint64(0), n: new(atomic.Int64)}
-	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close(ctx)
-	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, dev, a := countedFile(t, Config{})
 	want := bytes.Repeat([]byte("0123456789abcdef"), 200<<10/16) // 200 KiB: four pages
 	if _, err := fs.Write(ctx, a.Ino, a.Gen, want, 0, false); err != nil {
 		t.Fatal(err)
@@ -236,16 +227,7 @@ func TestPageFillRanges(t *testing.T) {
 // the volume and is not cached; smaller reads are.
 func TestDataCacheStream(t *testing.T) {
 	ctx := context.Background()
-	dev := readCounter{memDevice: formatted(t), from: layout.DataBase, to: ^uint64(0), n: new(atomic.Int64)}
-	fs, err := Open(ctx, Config{Dev: dev, Locker: fstest.SoloLocker{}, Table: "v", ID: "p", Session: 1, StreamReads: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fs.Close(ctx)
-	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, dev, a := countedFile(t, Config{StreamReads: true})
 	want := bytes.Repeat([]byte("0123456789abcdef"), 1<<20/16)
 	if _, err := fs.Write(ctx, a.Ino, a.Gen, want, 0, false); err != nil {
 		t.Fatal(err)
@@ -273,4 +255,23 @@ func TestDataCacheStream(t *testing.T) {
 	if got, want := testutil.ToFloat64(fs.stats.streamed), float64(2<<20+2*12*pageBytes); got != want {
 		t.Errorf("streamed bytes: %v, want %v", got, want)
 	}
+}
+
+// countedFile opens a file system with cfg on a fresh device that counts
+// its data reads (closed when the test ends) and creates file f in it.
+func countedFile(t *testing.T, cfg Config) (*FS, readCounter, Attr) {
+	t.Helper()
+	ctx := context.Background()
+	dev := readCounter{memDevice: formatted(t), from: layout.DataBase, to: ^uint64(0), n: new(atomic.Int64)}
+	cfg.Dev, cfg.Locker, cfg.Table, cfg.ID, cfg.Session = dev, fstest.SoloLocker{}, "v", "p", 1
+	fs, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fs.Close(ctx) })
+	a, err := fs.Create(ctx, RootIno, "f", 0o644, Caller{}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fs, dev, a
 }
