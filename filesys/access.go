@@ -20,6 +20,8 @@ package filesys
 import (
 	"fmt"
 	"syscall"
+
+	"github.com/plumeria-fs/plumeria/filesys/acl"
 )
 
 // Access bits a caller wants, as access(2)'s X_OK, W_OK, R_OK and the
@@ -98,17 +100,7 @@ func (c Caller) CheckAccess(a Attr, want uint32) error {
 }
 
 func accessVerb(want uint32) string {
-	b := []byte("---")
-	if want&MayRead != 0 {
-		b[0] = 'r'
-	}
-	if want&MayWrite != 0 {
-		b[1] = 'w'
-	}
-	if want&MayExec != 0 {
-		b[2] = 'x'
-	}
-	return string(b)
+	return acl.PermString(uint16(want & (MayRead | MayWrite | MayExec)))
 }
 
 // MayDelete decides whether c may remove the name of victim from dir, as

@@ -193,7 +193,7 @@ func (e Entry) String() string {
 	default:
 		who = fmt.Sprintf("tag%#x:%d", e.Tag, e.ID)
 	}
-	return who + ":" + permString(e.Perm)
+	return who + ":" + PermString(e.Perm)
 }
 
 // String is the list in getfacl's short form, entries separated by ",".
@@ -208,7 +208,9 @@ func (a ACL) String() string {
 	return s
 }
 
-func permString(p uint16) string {
+// PermString is p as the three letters rwx ('-' where a bit is off), as
+// getfacl and ls show permissions; bits beyond them are added in octal.
+func PermString(p uint16) string {
 	b := []byte("---")
 	if p&Read != 0 {
 		b[0] = 'r'

@@ -152,7 +152,7 @@ func TestPermits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := a.Permits(tc.uid, in(tc.gids...), owner, group, tc.want); got != tc.ok {
-				t.Fatalf("Permits(uid %d, groups %v, %s) = %v, want %v", tc.uid, tc.gids, permString(tc.want), got, tc.ok)
+				t.Fatalf("Permits(uid %d, groups %v, %s) = %v, want %v", tc.uid, tc.gids, PermString(tc.want), got, tc.ok)
 			}
 		})
 	}
