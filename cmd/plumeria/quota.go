@@ -107,23 +107,32 @@ func quotaDir(dir string) error {
 
 // quotaBytes reads a byte limit: a size with a binary unit, 0 or none.
 func quotaBytes(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if s == "none" || s == "0" {
-		return "none", nil
-	}
-	if strings.HasPrefix(s, "-") {
-		return "", fmt.Errorf("%q: a limit cannot be negative (0 or none removes it)", s)
-	}
-	n, err := parseUint(s)
-	if err != nil || n > 1<<62 {
-		return "", fmt.Errorf("%q: not a size like 4096, 64MiB or 10GiB (or 0/none)", s)
-	}
-	return strconv.FormatUint(n, 10), nil
+	return quotaLimit(s, "a size like 4096, 64MiB or 10GiB", func(s string) (uint64, bool) {
+		n, err := parseUint(s)
+		return n, err == nil && n <= 1<<62
+	})
 }
 
 // quotaCount reads an inode limit: a count with an optional decimal
 // suffix k, M, G; 0 or none.
 func quotaCount(s string) (string, error) {
+	return quotaLimit(s, "a count like 1000, 10k or 1M", func(s string) (uint64, bool) {
+		mul := uint64(1)
+		for suffix, m := range map[string]uint64{"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9} {
+			if strings.HasSuffix(s, suffix) {
+				s, mul = strings.TrimSuffix(s, suffix), m
+				break
+			}
+		}
+		n, err := strconv.ParseUint(s, 10, 64)
+		return n * mul, err == nil && n <= (1<<62)/mul
+	})
+}
+
+// quotaLimit reads a limit as the quota attribute takes it: "none" for 0
+// or none, else the number parse makes of s (false: s is not what is
+// described).
+func quotaLimit(s, what string, parse func(string) (uint64, bool)) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "none" || s == "0" {
 		return "none", nil
@@ -131,18 +140,11 @@ func quotaCount(s string) (string, error) {
 	if strings.HasPrefix(s, "-") {
 		return "", fmt.Errorf("%q: a limit cannot be negative (0 or none removes it)", s)
 	}
-	mul := uint64(1)
-	for suffix, m := range map[string]uint64{"k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9} {
-		if strings.HasSuffix(s, suffix) {
-			s, mul = strings.TrimSuffix(s, suffix), m
-			break
-		}
+	n, ok := parse(s)
+	if !ok {
+		return "", fmt.Errorf("%q: not %s (or 0/none)", s, what)
 	}
-	n, err := strconv.ParseUint(s, 10, 64)
-	if err != nil || n > (1<<62)/mul {
-		return "", fmt.Errorf("%q: not a count like 1000, 10k or 1M (or 0/none)", s)
-	}
-	return strconv.FormatUint(n*mul, 10), nil
+	return strconv.FormatUint(n, 10), nil
 }
 
 // setQuota sets the quota attribute; while the file system counts what
