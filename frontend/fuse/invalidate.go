@@ -118,12 +118,14 @@ func (v *invalidator) start(srv *fuse.Server, log *slog.Logger, ep *epochs, refs
 
 // add drops what the kernel caches under ino's lock: its attributes and
 // (if the kernel may cache names in it) the names of directory ino at
-// once, its pages in the background; with name set, also that entry of
-// directory ino (dir is informative: both cases are handled the same
-// way). ino 0 means everything (the file system stopped).
+// once, its pages in the background (a listed directory's at once); with
+// name set, also that entry of directory ino (dir is informative: both
+// cases are handled the same way). ino 0 means everything (the file
+// system stopped).
 func (v *invalidator) add(ino uint64, dir bool, name string) {
 	v.mu.Lock()
 	stopped := v.stopped
+	_, listed := v.listed[ino]
 	v.mu.Unlock()
 	if stopped {
 		return
@@ -133,9 +135,6 @@ func (v *invalidator) add(ino uint64, dir bool, name string) {
 		return
 	}
 	bump := name != ""
-	v.mu.Lock()
-	_, listed := v.listed[ino]
-	v.mu.Unlock()
 	off := int64(-1) // attributes only
 	if listed {
 		off = 0 // attributes and the cached listing (every page)
