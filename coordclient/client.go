@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/internal/limits"
+	"github.com/plumeria-fs/plumeria/internal/localnet"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/internal/pki"
 	"github.com/plumeria-fs/plumeria/internal/reqid"
@@ -84,8 +86,9 @@ const (
 // metadata). It uses mutual TLS with the process's identity
 // (pki.Default), or plaintext when the process runs insecure (nil).
 func Dial(addr string) (*grpc.ClientConn, error) {
+	id := pki.Default()
 	return grpc.NewClient(addr, append(reqid.DialOptions(),
-		pki.DialOption(pki.Default()), rpcbuf.DialOption(),
+		pki.DialOption(id), rpcbuf.DialOption(), grpc.WithContextDialer(dialer(id)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
 		grpc.WithInitialWindowSize(limits.RPCStreamWindowBytes), grpc.WithInitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -201,4 +204,17 @@ func ErrorMessage(err error) string {
 		return s.Message()
 	}
 	return err.Error()
+}
+
+// dialer connects to a server of this process in memory
+// (internal/localnet: no TCP, no TLS records; id's certificate is checked
+// as the handshake would check it), and to any other over TCP.
+func dialer(id *pki.Identity) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		if c, ok, err := localnet.Dial(ctx, addr, id.Chain()); ok {
+			return c, err
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", addr)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/plumeria-fs/plumeria/internal/localnet"
 	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
@@ -39,23 +41,52 @@ const sniffTimeout = 10 * time.Second
 
 // Mux splits one listener into a gRPC listener and a Raft stream layer.
 type Mux struct {
-	ln     net.Listener
-	id     *pki.Identity // nil: plaintext
-	logger atomic.Pointer[slog.Logger]
-	grpc   *chanListener
-	raft   *chanListener
+	ln        net.Listener
+	id        *pki.Identity // nil: plaintext
+	logger    atomic.Pointer[slog.Logger]
+	grpc      *chanListener
+	raft      *chanListener
+	stopLocal func() // unregisters the in-process listener
 }
 
 // Listen listens on addr and starts dispatching connections. With id
 // non-nil every connection is mutual TLS with id; nil is plaintext.
+// Clients of the same process that dial the bound address reach the gRPC
+// listener in memory (internal/localnet), their certificates checked as
+// the handshake would check them.
 func Listen(addr string, id *pki.Identity) (*Mux, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	m := &Mux{ln: ln, id: id, grpc: newChanListener(ln.Addr()), raft: newChanListener(ln.Addr())}
+	var chain func() []*x509.Certificate
+	if id != nil {
+		chain = id.Chain
+	}
+	if m.stopLocal, err = localnet.Listen(ln.Addr().String(), chain, m.acceptLocal); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	go m.serve()
 	return m, nil
+}
+
+// acceptLocal hands an in-process connection to the gRPC listener, after
+// the checks of a TLS handshake when the mux has an identity.
+func (m *Mux) acceptLocal(c *localnet.Conn) error {
+	var conn net.Conn = c
+	if m.id != nil {
+		tc, err := m.id.LocalServerConn(c)
+		if err != nil {
+			return err
+		}
+		conn = tc
+	}
+	if !m.grpc.put(conn) {
+		return localnet.ErrClosed
+	}
+	return nil
 }
 
 // SetLogger sets where refused connections are logged (default: nowhere).
@@ -79,6 +110,7 @@ func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{m.raft, m.id} }
 
 // Close stops accepting; established connections are their owners' to close.
 func (m *Mux) Close() error {
+	m.stopLocal()
 	err := m.ln.Close()
 	m.grpc.close()
 	m.raft.close()
@@ -176,11 +208,15 @@ func newChanListener(a net.Addr) *chanListener {
 	return &chanListener{addr: a, ch: make(chan net.Conn), done: make(chan struct{})}
 }
 
-func (l *chanListener) put(c net.Conn) {
+// put hands c to Accept, or closes it and reports false when the listener
+// is closed.
+func (l *chanListener) put(c net.Conn) bool {
 	select {
 	case l.ch <- c:
+		return true
 	case <-l.done:
 		c.Close()
+		return false
 	}
 }
 

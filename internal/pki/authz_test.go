@@ -139,8 +139,12 @@ func serve(t *testing.T, srvID *pki.Identity, handshaked bool) (string, *coordSt
 }
 
 func call(t *testing.T, addr string, opt grpc.DialOption, method string) error {
+	return callWith(t, addr, method, opt)
+}
+
+func callWith(t *testing.T, addr, method string, opts ...grpc.DialOption) error {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, opt)
+	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,14 @@ import (
 )
 
 // DialOption returns the transport credentials of a gRPC client: TLS with
-// id (ClientConfig), or plaintext when id is nil.
+// id (ClientConfig), or plaintext when id is nil. A connection to a server
+// of the same process (internal/localnet) is checked as the handshake
+// would check it, without TLS (local.go).
 func DialOption(id *Identity) grpc.DialOption {
 	if id == nil {
 		return grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(id.ClientConfig()))
+	return grpc.WithTransportCredentials(localAware{TransportCredentials: credentials.NewTLS(id.ClientConfig()), id: id, roles: ServerRoles})
 }
 
 // ServerOptions returns the options of a gRPC server that does its own

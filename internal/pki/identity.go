@@ -245,14 +245,10 @@ func (id *Identity) verifyPeer(chain []*x509.Certificate, usage x509.ExtKeyUsage
 	if len(chain) == 0 {
 		return "", nil, errors.New("pki: the peer sent no certificate")
 	}
-	inter := x509.NewCertPool()
-	for _, c := range chain[1:] {
-		inter.AddCert(c)
+	if _, err := id.verifyChain(chain, usage); err != nil {
+		return "", nil, err
 	}
 	c := chain[0]
-	if _, err := c.Verify(x509.VerifyOptions{Roots: id.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
-		return "", nil, fmt.Errorf("pki: the certificate of %q is not from this cluster's CA: %w", c.Subject.CommonName, err)
-	}
 	name, have := c.Subject.CommonName, SortRoles(c.Subject.OrganizationalUnit)
 	if fn := revoked.Load(); fn != nil && (*fn)(name) {
 		return "", nil, fmt.Errorf("pki: %q is revoked (plumeria node revoke)", name)
