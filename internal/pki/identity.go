@@ -233,30 +233,29 @@ func (id *Identity) ClientConfigFor(roles ...string) *tls.Config {
 		// the default host-name check.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			_, _, err := id.verifyPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth, roles)
+			_, _, _, err := id.verifyPeer(cs.PeerCertificates, x509.ExtKeyUsageServerAuth, roles)
 			return err
 		},
 	}
 }
 
 // verifyPeer verifies a peer's chain against the cluster CA for usage,
-// and that it has one of roles. It returns the peer's name and roles.
-func (id *Identity) verifyPeer(chain []*x509.Certificate, usage x509.ExtKeyUsage, roles []string) (string, []string, error) {
-	if len(chain) == 0 {
-		return "", nil, errors.New("pki: the peer sent no certificate")
-	}
-	if _, err := id.verifyChain(chain, usage); err != nil {
-		return "", nil, err
+// and that it has one of roles and is not revoked. It returns the peer's
+// name and roles, and the verified chains.
+func (id *Identity) verifyPeer(chain []*x509.Certificate, usage x509.ExtKeyUsage, roles []string) (string, []string, [][]*x509.Certificate, error) {
+	verified, err := id.verifyChain(chain, usage)
+	if err != nil {
+		return "", nil, nil, err
 	}
 	c := chain[0]
 	name, have := c.Subject.CommonName, SortRoles(c.Subject.OrganizationalUnit)
 	if fn := revoked.Load(); fn != nil && (*fn)(name) {
-		return "", nil, fmt.Errorf("pki: %q is revoked (plumeria node revoke)", name)
+		return "", nil, nil, fmt.Errorf("pki: %q is revoked (plumeria node revoke)", name)
 	}
 	if !hasAny(have, roles) {
-		return "", nil, fmt.Errorf("pki: %q has roles %v, needs one of %v", name, have, roles)
+		return "", nil, nil, fmt.Errorf("pki: %q has roles %v, needs one of %v", name, have, roles)
 	}
-	return name, have, nil
+	return name, have, verified, nil
 }
 
 // Key returns the current private key (nil before Set).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 
@@ -84,10 +85,7 @@ func (l localAware) ClientHandshake(ctx context.Context, authority string, c net
 		return l.TransportCredentials.ClientHandshake(ctx, authority, c)
 	}
 	chain := lc.PeerChain()
-	if _, _, err := l.id.verifyPeer(chain, x509.ExtKeyUsageServerAuth, l.roles); err != nil {
-		return nil, nil, err
-	}
-	verified, err := l.id.verifyChain(chain, x509.ExtKeyUsageServerAuth)
+	_, _, verified, err := l.id.verifyPeer(chain, x509.ExtKeyUsageServerAuth, l.roles)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,6 +101,9 @@ func (l localAware) Clone() credentials.TransportCredentials {
 // verifyChain verifies chain[0] against the cluster CA for usage, with the
 // rest of chain as intermediates, and returns the verified chains.
 func (id *Identity) verifyChain(chain []*x509.Certificate, usage x509.ExtKeyUsage) ([][]*x509.Certificate, error) {
+	if len(chain) == 0 {
+		return nil, errors.New("pki: the peer sent no certificate")
+	}
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
