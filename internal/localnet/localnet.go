@@ -88,8 +88,9 @@ func (a Addr) String() string  { return string(a) }
 
 // Accept takes the server's end of a new connection: it checks what it
 // needs (the client's chain) and hands the connection on, or returns an
-// error, which the dialer gets (the connection is then closed).
-type Accept func(*Conn) error
+// error, which the dialer gets (the connection is then closed). It gives
+// up when ctx (the dial's) ends.
+type Accept func(context.Context, *Conn) error
 
 type listener struct {
 	chain  func() []*x509.Certificate // the server's certificate chain now (nil func: none)
@@ -168,7 +169,7 @@ func Dial(ctx context.Context, addr string, chain []*x509.Certificate) (_ net.Co
 	up, down := newPipe(), newPipe()
 	client := &Conn{r: down, w: up, local: Addr("inproc-client"), remote: Addr(addr), peer: serverChain}
 	server := &Conn{r: up, w: down, local: Addr(addr), remote: Addr("inproc-client"), peer: chain}
-	if err := l.accept(server); err != nil {
+	if err := l.accept(ctx, server); err != nil {
 		client.Close()
 		server.Close()
 		return nil, true, fmt.Errorf("localnet: %s refused the connection: %w", addr, err)

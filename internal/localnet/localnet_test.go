@@ -25,7 +25,7 @@ func listen(t *testing.T) (string, chan *Conn) {
 	addr := ln.Addr().String()
 	t.Cleanup(func() { ln.Close() })
 	ch := make(chan *Conn, 4)
-	stop, err := Listen(addr, nil, func(c *Conn) error { ch <- c; return nil })
+	stop, err := Listen(addr, nil, func(_ context.Context, c *Conn) error { ch <- c; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestLookup(t *testing.T) {
 	serverCert := []*x509.Certificate{{Raw: []byte("server")}}
 	clientCert := []*x509.Certificate{{Raw: []byte("client")}}
 	var got []*x509.Certificate
-	stop, err := Listen("[::]:65001", func() []*x509.Certificate { return serverCert }, func(c *Conn) error {
+	stop, err := Listen("[::]:65001", func() []*x509.Certificate { return serverCert }, func(_ context.Context, c *Conn) error {
 		got = c.PeerChain()
 		return nil
 	})
@@ -195,7 +195,7 @@ func TestLookup(t *testing.T) {
 		t.Fatal("a stopped listener was still dialled")
 	}
 	refused := errors.New("no")
-	stop, _ = Listen("127.0.0.1:65002", nil, func(*Conn) error { return refused })
+	stop, _ = Listen("127.0.0.1:65002", nil, func(context.Context, *Conn) error { return refused })
 	defer stop()
 	if _, ok, err := Dial(ctx, "127.0.0.1:65002", nil); !ok || !errors.Is(err, refused) {
 		t.Fatalf("refused dial: ok=%v err=%v", ok, err)

@@ -73,8 +73,9 @@ func Listen(addr string, id *pki.Identity) (*Mux, error) {
 }
 
 // acceptLocal hands an in-process connection to the gRPC listener, after
-// the checks of a TLS handshake when the mux has an identity.
-func (m *Mux) acceptLocal(c *localnet.Conn) error {
+// the checks of a TLS handshake when the mux has an identity, or gives up
+// when the dial's ctx ends.
+func (m *Mux) acceptLocal(ctx context.Context, c *localnet.Conn) error {
 	var conn net.Conn = c
 	if m.id != nil {
 		tc, err := m.id.LocalServerConn(c)
@@ -83,10 +84,14 @@ func (m *Mux) acceptLocal(c *localnet.Conn) error {
 		}
 		conn = tc
 	}
-	if !m.grpc.put(conn) {
+	select {
+	case m.grpc.ch <- conn:
+		return nil
+	case <-m.grpc.done:
 		return localnet.ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return nil
 }
 
 // SetLogger sets where refused connections are logged (default: nowhere).
@@ -208,15 +213,11 @@ func newChanListener(a net.Addr) *chanListener {
 	return &chanListener{addr: a, ch: make(chan net.Conn), done: make(chan struct{})}
 }
 
-// put hands c to Accept, or closes it and reports false when the listener
-// is closed.
-func (l *chanListener) put(c net.Conn) bool {
+func (l *chanListener) put(c net.Conn) {
 	select {
 	case l.ch <- c:
-		return true
 	case <-l.done:
 		c.Close()
-		return false
 	}
 }
 

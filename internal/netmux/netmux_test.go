@@ -1,7 +1,9 @@
 package netmux
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/plumeria-fs/plumeria/internal/localnet"
 	"github.com/plumeria-fs/plumeria/internal/pki"
 )
 
@@ -114,4 +117,49 @@ func raftAddr(a string) raft.ServerAddress { return raft.ServerAddress(a) }
 
 func tlsClient(c net.Conn, id *pki.Identity) *tls.Conn {
 	return tls.Client(c, id.ClientConfig())
+}
+
+// TestLocalDial: a client of the same process reaches the gRPC listener in
+// memory with the TLS state of its certificate; a dial nobody accepts
+// gives up with its context; a closed mux is no longer dialled in memory.
+func TestLocalDial(t *testing.T) {
+	ca, err := pki.NewCA("t", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Listen("127.0.0.1:0", identity(t, ca, "b1", pki.RoleBrick))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := m.Addr().String()
+	client := identity(t, ca, "m1", pki.RoleClient)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, ok, err := localnet.Dial(ctx, addr, client.Chain())
+	cancel()
+	if !ok || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("dial nobody accepts: ok=%v err=%v, want the context's deadline", ok, err)
+	}
+
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := m.GRPC().Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	c, ok, err := localnet.Dial(context.Background(), addr, client.Chain())
+	if !ok || err != nil {
+		t.Fatalf("local dial: ok=%v err=%v", ok, err)
+	}
+	defer c.Close()
+	in := <-accepted
+	st := in.(pki.TLSConn).ConnectionState()
+	if len(st.VerifiedChains) == 0 || st.VerifiedChains[0][0].Subject.CommonName != "m1" {
+		t.Fatalf("the server end does not carry the client's verified certificate: %+v", st.VerifiedChains)
+	}
+	m.Close()
+	if _, ok, _ := localnet.Dial(context.Background(), addr, client.Chain()); ok {
+		t.Fatal("a closed mux was dialled in memory")
+	}
 }
