@@ -7,14 +7,15 @@ import (
 	"time"
 )
 
-// pipe is one direction of a connection: a ring buffer of at most
-// PipeBytes written by one end and read by the other. A writer waits while
+// pipe is one direction of a connection: a ring buffer written by one end
+// and read by the other, from pipeBytesMin (at the first write) growing to
+// PipeBytes while the reader lags. A writer waits while
 // it is full and a reader while it is empty, as a socket's would; each end
 // may set a deadline for its own side.
 type pipe struct {
 	mu    sync.Mutex
 	cond  sync.Cond // signalled when data, room, a close or a deadline comes
-	buf   []byte    // allocated at the first write (an idle conn holds none)
+	buf   []byte    // allocated at the first write (an idle conn holds none), grown when full
 	r, n  int       // read offset and bytes buffered
 	rdead deadline
 	wdead deadline
@@ -70,10 +71,13 @@ func (p *pipe) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.buf == nil && len(b) > 0 {
-		p.buf = make([]byte, PipeBytes)
+		p.buf = make([]byte, pipeBytesMin)
 	}
 	done := 0
 	for done < len(b) {
+		if p.n == len(p.buf) && len(p.buf) < PipeBytes {
+			p.grow()
+		}
 		for p.n == len(p.buf) {
 			switch {
 			case p.closedR || p.closedW:
@@ -100,6 +104,16 @@ func (p *pipe) Write(b []byte) (int, error) {
 		p.cond.Broadcast()
 	}
 	return done, nil
+}
+
+// grow doubles the buffer (at most PipeBytes), its bytes moved to the
+// start: a connection that carries bulk data gets the room a socket
+// would have, an idle or chatty one keeps a small buffer.
+func (p *pipe) grow() {
+	nb := make([]byte, min(2*len(p.buf), PipeBytes))
+	c := copy(nb, p.buf[p.r:min(p.r+p.n, len(p.buf))])
+	copy(nb[c:], p.buf[:p.n-c])
+	p.buf, p.r = nb, 0
 }
 
 // closeRead is the reading end's close: both directions of use fail.
