@@ -7,7 +7,7 @@
 // Nothing is lost in authentication: each end carries the certificate
 // chain the other end would have presented in a TLS handshake (its
 // process identity's current certificate), and internal/pki verifies it
-// against the cluster CA exactly as the handshake would (pki.LocalState).
+// against the cluster CA exactly as the handshake would (internal/pki/local.go).
 // What is skipped is encryption of bytes that never leave the process.
 //
 // It does not serve Raft streams (they dial TCP themselves), other

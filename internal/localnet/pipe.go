@@ -48,7 +48,7 @@ func (p *pipe) Read(b []byte) (int, error) {
 		}
 		p.cond.Wait()
 	}
-	if p.closedR {
+	if p.closedR { // this end closed with bytes still buffered
 		return 0, io.ErrClosedPipe
 	}
 	total := 0

@@ -49,15 +49,22 @@ func (id *Identity) LocalServerConn(c net.Conn) (TLSConn, error) {
 	if !ok {
 		return nil, fmt.Errorf("pki: %s is not an in-process connection", c.RemoteAddr())
 	}
-	st := tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true, NegotiatedProtocol: "h2"}
-	if chain := lc.PeerChain(); len(chain) > 0 {
-		verified, err := id.verifyChain(chain, x509.ExtKeyUsageClientAuth)
-		if err != nil {
-			return nil, err
-		}
-		st.PeerCertificates, st.VerifiedChains = chain, verified
+	chain := lc.PeerChain()
+	if len(chain) == 0 {
+		return &stateConn{Conn: c, st: localState(nil, nil)}, nil
 	}
-	return &stateConn{Conn: c, st: st}, nil
+	verified, err := id.verifyChain(chain, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return nil, err
+	}
+	return &stateConn{Conn: c, st: localState(chain, verified)}, nil
+}
+
+// localState is the TLS state a completed handshake would report for a
+// peer that presented chain (verified against the CA as verified).
+func localState(chain []*x509.Certificate, verified [][]*x509.Certificate) tls.ConnectionState {
+	return tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true, NegotiatedProtocol: "h2",
+		PeerCertificates: chain, VerifiedChains: verified}
 }
 
 // stateConn is an in-process connection with the TLS state its checks
@@ -89,8 +96,7 @@ func (l localAware) ClientHandshake(ctx context.Context, authority string, c net
 	if err != nil {
 		return nil, nil, err
 	}
-	return c, credentials.TLSInfo{State: tls.ConnectionState{Version: tls.VersionTLS13, HandshakeComplete: true,
-		NegotiatedProtocol: "h2", PeerCertificates: chain, VerifiedChains: verified},
+	return c, credentials.TLSInfo{State: localState(chain, verified),
 		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
 }
 
