@@ -657,7 +657,11 @@ func (w *world) doctor(ctx context.Context) {
 				w.sum.Fault("remount (fs node stopped: lease lost or fenced)")
 				w.mu.Unlock()
 				f.setDown(true)
-				f.remountAsync("it stopped itself: "+firstMatch(f.p.logSince(), "remount needed"), nil)
+				why := firstMatch(f.p.logSince(), "remount needed")
+				if lost := firstMatch(f.p.logSince(), `msg="lock lease lost"`); lost != "" {
+					why += "; " + lost // the clerk's reason
+				}
+				f.remountAsync("it stopped itself: "+why, nil)
 			}
 		}
 	}
