@@ -388,22 +388,27 @@ func (r *rebuilder) rebuildAll(ctx context.Context, g *rebuildGroup, todo []stri
 	return nil
 }
 
-// rebuildStripe reads K whole shards of stripe id (n blocks each) from
-// the in-sync members, reconstructs the target's position and stores it
-// there under the newest map. Memory: at most K+1 shards.
+// rebuildStripe reads the shards of stripe id (n blocks each) from the
+// in-sync members, K at first and one more at a time while some block
+// offset lacks K good blocks, reconstructs the target's position block
+// offset by block offset (a source with a few bad blocks still counts
+// where its blocks are good) and stores it there under the newest map.
+// Memory: the shards read and the target's.
 func (r *rebuilder) rebuildStripe(ctx context.Context, g *rebuildGroup, id stripeID, n int) error {
 	k := g.geo.Profile().K
-	shards := make([][]byte, g.geo.Profile().Shards())
+	ns := g.geo.Profile().Shards()
+	shards, bad := make([][]byte, ns), make([][]uint32, ns)
+	want := lostOnly(ns, g.pos)
 	have, gone, next := 0, 0, 0
 	var why []string
-	for have < k && next < len(g.sources) {
-		wave := g.sources[next:min(len(g.sources), next+k-have)]
+	for next < len(g.sources) {
+		wave := g.sources[next:min(len(g.sources), next+max(1, k-have))]
 		next += len(wave)
 		var mu sync.Mutex
 		var wg sync.WaitGroup
 		for _, i := range wave {
 			wg.Go(func() {
-				d, absent, err := r.readShard(ctx, g, i, id, n)
+				d, b, absent, err := r.readShard(ctx, g, i, id, n)
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -413,27 +418,40 @@ func (r *rebuilder) rebuildStripe(ctx context.Context, g *rebuildGroup, id strip
 					gone++
 					why = append(why, fmt.Sprintf("%s holds none of it", g.bricks[i]))
 				default:
-					shards[i] = d
+					if len(b) > 0 {
+						why = append(why, fmt.Sprintf("%s lacks or holds corrupt blocks %v", g.bricks[i], b))
+					}
+					shards[i], bad[i] = d, b
 					have++
 				}
 			})
 		}
 		wg.Wait()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if have < k {
+			continue
+		}
+		shards[g.pos] = nil // the target's position is rebuilt whole
+		err := g.coder.ReconstructBlocks(shards, bad, n, want)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ec.ErrTooFewShards) {
+			return fmt.Errorf("stripe %d of chunk %d: %w", id.seq, id.chunk, err)
+		}
+		why = append(why, err.Error())
+		shards[g.pos] = nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if have < k {
+	if shards[g.pos] == nil {
 		// Members holding none of it may also mean a deletion running
 		// meanwhile (a coding step that failed and removes its shards):
 		// the next pass no longer lists the stripe then.
 		stripeRebuildFailures.Inc()
-		r.s.log.Error("stripe unrecoverable: fewer than K shards readable", "vol", g.k.vol, "sg", g.k.sg, "chunk", id.chunk, "stripe", id.seq,
+		r.s.log.Error("stripe unrecoverable: some block offset lacks K good blocks", "vol", g.k.vol, "sg", g.k.sg, "chunk", id.chunk, "stripe", id.seq,
 			"readable", have, "k", k, "members_without_it", gone, "target", g.k.target, "position", g.pos, "why", why)
 		return errStripesLost
-	}
-	if err := g.coder.ReconstructSome(shards, lostOnly(len(shards), g.pos)); err != nil {
-		return fmt.Errorf("stripe %d of chunk %d: %w", id.seq, id.chunk, err)
 	}
 	data := shards[g.pos]
 	clear(shards) // let the survivors go before the put
@@ -460,14 +478,14 @@ func (r *rebuilder) rebuildStripe(ctx context.Context, g *rebuildGroup, id strip
 }
 
 // readShard reads the first n blocks of member i's shard of stripe id.
-// absent says the member holds no block of it; a shard with some blocks
-// missing or corrupt is an error (unusable: one erasure more).
-func (r *rebuilder) readShard(ctx context.Context, g *rebuildGroup, i int, id stripeID, n int) (data []byte, absent bool, err error) {
+// absent says the member holds no block of it; bad lists the blocks it
+// lacks or holds corrupt (the rest are usable).
+func (r *rebuilder) readShard(ctx context.Context, g *rebuildGroup, i int, id stripeID, n int) (data []byte, bad []uint32, absent bool, err error) {
 	m := r.s.latest.Load()
 	member := g.bricks[i]
 	cl, err := r.s.peers.client(m, member)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, rebuildRPCTimeout)
 	defer cancel()
@@ -475,13 +493,11 @@ func (r *rebuilder) readShard(ctx context.Context, g *rebuildGroup, i int, id st
 		Chunk: id.chunk, StripeSeq: id.seq, Blocks: uint32(n)})
 	switch {
 	case err != nil:
-		return nil, false, fmt.Errorf("shard read from %s: %w", member, err)
+		return nil, nil, false, fmt.Errorf("shard read from %s: %w", member, err)
 	case len(resp.Missing) == n:
-		return nil, true, nil
-	case len(resp.Missing)+len(resp.Corrupt) > 0:
-		return nil, false, fmt.Errorf("%s: blocks %v missing, %v corrupt", member, resp.Missing, resp.Corrupt)
+		return nil, nil, true, nil
 	case len(resp.Data) != n*limits.BlockBytes:
-		return nil, false, fmt.Errorf("shard read from %s: %d bytes, want %d", member, len(resp.Data), n*limits.BlockBytes)
+		return nil, nil, false, fmt.Errorf("shard read from %s: %d bytes, want %d", member, len(resp.Data), n*limits.BlockBytes)
 	}
-	return resp.Data, false, nil
+	return resp.Data, append(resp.Missing, resp.Corrupt...), false, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/brick"
 	"github.com/plumeria-fs/plumeria/brick/ec"
+	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
 	"github.com/plumeria-fs/plumeria/internal/pb"
@@ -355,4 +356,71 @@ func counter(t *testing.T, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// TestRebuildPartialShards: three members of a 4+2 group each lack one
+// block of a stripe, at three different offsets, when a fourth goes down.
+// Every offset still has K good blocks among the five left, so the
+// rebuild completes the replacement (whole shards only, as before, would
+// be three of the K=4 it needs: the stripe counted lost) and the data
+// reads back.
+func TestRebuildPartialShards(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	tc := newTestCluster(t, 7, time.Hour)
+	v := createVolume(t, tc.cl, "part", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	data := bytes.Repeat([]byte("partial shards! "), 64<<10) // 1 MiB: one stripe of 64-block shards
+	if err := v.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	resp := ensureProfile(t, tc.cl, "part", 4, 2)
+	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
+		t.Fatal(err)
+	}
+	m := clusterMap(t, tc.cl)
+	vol := m.Volume("part")
+	sg := -1
+	var stripe [2]uint64
+	for i := range vol.SGs {
+		for id := range verifyGroup(t, ctx, m, vol.ID, i) {
+			sg, stripe = i, id
+		}
+	}
+	if sg < 0 {
+		t.Fatal("no stripe group holds stripes")
+	}
+	g := vol.SGs[sg]
+	geo, err := ec.NewGeometry(ec.Profile{K: 4, M: 2}, int(vol.ChunkBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pos, o := range []int{1, 2, 3} {
+		key := store.Key{Vol: shardVolID(vol.ID, sg), Block: stripe[0]*uint64(geo.ShardBlocks()) + uint64(o), Gen: stripe[1]}
+		if err := tc.brick(g.Bricks[pos]).Store().Apply(ctx, []store.Op{{Kind: store.OpRemove, Key: key}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := counter(t, "plumeria_brick_stripe_rebuild_failures_total")
+	victim := g.Bricks[5]
+	tc.brick(victim).Stop()
+	m = waitMap(t, tc.cl, victim+" replaced and rebuilt", func(m *clustermap.Map) bool { return healthyWithout(m, "part", victim) })
+	if n := counter(t, "plumeria_brick_stripe_rebuild_failures_total"); n != before {
+		t.Fatalf("%v stripes counted lost, want none", n-before)
+	}
+	repl := m.Volume("part").SGs[sg].Bricks[5]
+	r, err := brickClient(t, m, repl).ShardRead(ctx, &pb.ShardReadRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(sg), Shard: 5,
+		Chunk: stripe[0], StripeSeq: stripe[1], Blocks: uint32(geo.ShardBlocks())})
+	if err != nil || len(r.Missing)+len(r.Corrupt) != 0 {
+		t.Fatalf("the replacement %s's shard: missing %v corrupt %v, err %v", repl, r.GetMissing(), r.GetCorrupt(), err)
+	}
+	for _, b := range tc.bricks {
+		b.DropStripeCache()
+	}
+	got := make([]byte, len(data))
+	if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read after the rebuild: err %v, first wrong byte %d", err, firstDiff(got, data))
+	}
 }

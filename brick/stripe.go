@@ -148,7 +148,7 @@ func (s *Server) readCoded(ctx context.Context, vol, block uint64, ref ec.Ref) (
 	if o >= int(ref.Len) {
 		return make([]byte, limits.BlockBytes), nil // past the stripe's live end: zeros
 	}
-	shard, err := s.stripeShard(ctx, m, st, chunk, j)
+	shard, err := s.stripeShard(ctx, m, st, chunk, j, o)
 	if err != nil {
 		return nil, err
 	}
@@ -157,8 +157,10 @@ func (s *Server) readCoded(ctx context.Context, vol, block uint64, ref ec.Ref) (
 
 // stripeShard returns shard j of the stripe (its first Len blocks), from
 // the cache, from its member, or rebuilt from K others (and then written
-// back to a member that lacked blocks of it or held them corrupt).
-func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, j int) ([]byte, error) {
+// back to a member that lacked blocks of it or held them corrupt). Its
+// block o must be good; others may not be when some offset of the stripe
+// lacks K good blocks.
+func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, j, o int) ([]byte, error) {
 	key := stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, j}
 	if d := s.stripes.get(key); d != nil {
 		return d, nil
@@ -187,20 +189,23 @@ func (s *Server) stripeShard(ctx context.Context, m *clustermap.Map, st stripeOf
 		return d, nil
 	}
 	stripeDegradedReads.Inc()
-	shards, err2 := s.reconstruct(ctx, m, st, chunk, j)
+	if err != nil {
+		d = nil // not read: every block of it is rebuilt
+	}
+	shards, short, err2 := s.reconstruct(ctx, m, st, chunk, j, d, bad)
+	if err2 == nil && short != nil {
+		if in, lost := short.At(o); in {
+			code := codes.Unavailable // an unread shard may come back
+			if lost {
+				code = codes.DataLoss
+			}
+			err2 = status.Errorf(code, "stripe %d of volume %s stripe group %d: %v", st.ref.StripeSeq, st.vol.Name, st.ref.SG, short)
+		}
+	}
 	if err2 != nil {
 		return nil, fmt.Errorf("%w (shard %d: %v)", err2, j, errOr(err, fmt.Errorf("blocks %v missing or corrupt", bad)))
 	}
-	d = shards[j]
-	for i := range st.geo.Profile().K { // the data shards read or rebuilt: the rest of the chunk's blocks
-		if shards[i] != nil {
-			s.stripes.put(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}, shards[i])
-		}
-	}
-	if err == nil && len(bad) > 0 {
-		s.repairShard(ctx, m, st, chunk, j, d, bad)
-	}
-	return d, nil
+	return shards[j], nil
 }
 
 // stripeWalked reports whether a data shard of the stripe other than j is
@@ -247,46 +252,85 @@ func (s *Server) fetchShard(ctx context.Context, m *clustermap.Map, st stripeOf,
 	return r.Data, append(r.Missing, r.Corrupt...), nil
 }
 
-// reconstruct reads the stripe's other shards and rebuilds them all; it
-// needs K whole shards.
-func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, lost int) ([][]byte, error) {
+// reconstruct reads the stripe's other shards and rebuilds, block offset
+// by block offset, every data shard and shard j (given as read: dj nil if
+// it could not be, badj its blocks the member lacked or held corrupt). A
+// block needs K good blocks at its own offset, so shards each with a few
+// bad blocks at different offsets still serve (a whole-shard rule would
+// count each as lost). Offsets that lack K good blocks are named in short;
+// the shards' blocks there are not good. The shards made whole are cached,
+// and every bad block a member reported that could be rebuilt is written
+// back to it.
+func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, j int, dj []byte, badj []uint32) (shards [][]byte, short *ec.BlocksLostError, err error) {
 	p := st.geo.Profile()
-	shards := make([][]byte, p.Shards())
+	n := int(st.ref.Len)
+	shards, bad := make([][]byte, p.Shards()), make([][]uint32, p.Shards())
+	shards[j], bad[j] = dj, badj
 	var mu sync.Mutex
 	var g errgroup.Group
 	for i := range shards {
-		if i == lost {
+		if i == j {
 			continue
 		}
 		g.Go(func() error {
 			d := s.stripes.get(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i})
+			var b []uint32
 			if d == nil {
-				var bad []uint32
 				var err error
-				if d, bad, err = s.fetchShard(ctx, m, st, chunk, i); err != nil || len(bad) > 0 {
-					return nil // unusable: one erasure more
+				if d, b, err = s.fetchShard(ctx, m, st, chunk, i); err != nil {
+					return nil // unread: each of its blocks one erasure more
 				}
 			}
 			mu.Lock()
-			shards[i] = d
+			shards[i], bad[i] = d, b
 			mu.Unlock()
 			return nil
 		})
 	}
 	_ = g.Wait()
+	unread := make([]bool, len(shards))
+	want := make([]bool, len(shards))
+	for i := range want {
+		unread[i] = shards[i] == nil
+		want[i] = i < p.K || i == j
+	}
 	coder, err := s.coder(p, st.geo.ChunkBytes())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := coder.ReconstructData(shards); err != nil {
-		return nil, status.Errorf(codes.Unavailable, "stripe %d of volume %s stripe group %d: %v", st.ref.StripeSeq, st.vol.Name, st.ref.SG, err)
+	// Shards with bad blocks were just read, not taken from the cache:
+	// rebuilding their blocks in place changes no cached shard.
+	if err := coder.ReconstructBlocks(shards, bad, n, want); err != nil && !errors.As(err, &short) {
+		return nil, nil, status.Errorf(codes.Internal, "stripe %d of volume %s stripe group %d: %v", st.ref.StripeSeq, st.vol.Name, st.ref.SG, err)
 	}
-	if shards[lost] == nil { // a parity shard: rebuild it too
-		if err := coder.ReconstructSome(shards, lostOnly(len(shards), lost)); err != nil {
-			return nil, status.Errorf(codes.Unavailable, "stripe %d of volume %s stripe group %d: %v", st.ref.StripeSeq, st.vol.Name, st.ref.SG, err)
+	shortAt := func(o int) bool {
+		in, _ := short.At(o)
+		return in
+	}
+	for i := range shards {
+		if !want[i] {
+			continue
+		}
+		whole := true
+		var fixed []uint32
+		for _, o := range bad[i] {
+			if short != nil && shortAt(int(o)) {
+				whole = false
+			} else {
+				fixed = append(fixed, o)
+			}
+		}
+		if unread[i] && short != nil {
+			whole = false
+		}
+		if whole && (i < p.K || i == j) {
+			s.stripes.put(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}, shards[i])
+		}
+		if len(fixed) > 0 {
+			s.repairShard(ctx, m, st, chunk, i, shards[i], fixed)
 		}
 	}
-	return shards, nil
+	return shards, short, nil
 }
 
 func lostOnly(n, lost int) []bool {

@@ -204,3 +204,132 @@ func (c *Coder) tooFew(missing int) error {
 	return fmt.Errorf("%s stripe: %d of %d shards missing, at most %d may be: %w",
 		c.p, missing, c.p.Shards(), c.p.M, ErrTooFewShards)
 }
+
+// BlocksLostError says at which block offsets a shard asked for could not
+// be rebuilt: more than M shards lacked their block there.
+// Bad counts, for each such offset (in Offsets' order), the shards whose
+// block there their member reported missing or corrupt, as opposed to
+// shards not read at all.
+type BlocksLostError struct {
+	Offsets []int
+	Bad     []int
+	m       int
+}
+
+func (e *BlocksLostError) Error() string {
+	return fmt.Sprintf("ec: blocks at shard offsets %v: more than %d shards lack them", e.Offsets, e.m)
+}
+
+func (e *BlocksLostError) Unwrap() error { return ErrTooFewShards }
+
+// At reports whether offset o is one the error names (short) and, if so,
+// whether more than M of its blocks were reported bad by their members
+// (lost: no retry brings it back).
+func (e *BlocksLostError) At(o int) (short, lost bool) {
+	for i, off := range e.Offsets {
+		if off == o {
+			return true, e.Bad[i] > e.m
+		}
+	}
+	return false, false
+}
+
+// ReconstructBlocks completes, block offset by block offset, the shards i
+// of a stripe with want[i] true. shards[i] is nil (not read: every block
+// of it is an erasure) or n blocks long, of which bad[i] lists the offsets
+// its member lacked or held corrupt. Each byte position codes on its own,
+// so a block needs K good blocks at its own offset, not K whole shards:
+// two shards each with a different bad block are as good as whole ones.
+// A wanted shard that was nil is allocated; its bad blocks are written
+// over in place. Runs of offsets with the same erasures are rebuilt with
+// one call. It fills every block it can and returns a *BlocksLostError
+// (wrapping ErrTooFewShards) naming the offsets where a wanted shard's
+// block could not be rebuilt, or an error wrapping ErrShardSize for a
+// malformed set.
+func (c *Coder) ReconstructBlocks(shards [][]byte, bad [][]uint32, n int, want []bool) error {
+	ns := c.p.Shards()
+	if len(shards) != ns || len(bad) != ns || len(want) != ns || n < 0 {
+		return fmt.Errorf("%s stripe: %d shards, %d bad lists, %d wants: %w", c.p, len(shards), len(bad), len(want), ErrShardSize)
+	}
+	size := n * BlockBytes
+	// erased[i][o]: block o of shard i is not usable.
+	erased, unread := make([][]bool, ns), make([]bool, ns)
+	for i, s := range shards {
+		unread[i] = s == nil
+		erased[i] = make([]bool, n)
+		switch {
+		case s == nil:
+			for o := range erased[i] {
+				erased[i][o] = true
+			}
+		case len(s) != size:
+			return fmt.Errorf("%s stripe: shard %d of %d bytes, want %d blocks: %w", c.p, i, len(s), n, ErrShardSize)
+		}
+		for _, o := range bad[i] {
+			if int(o) < n {
+				erased[i][o] = true
+			}
+		}
+	}
+	pattern := func(o int) (key uint64, needed bool) {
+		for i := range ns {
+			if erased[i][o] {
+				key |= 1 << i
+				needed = needed || want[i]
+			}
+		}
+		return key, needed
+	}
+	for i := range shards {
+		if want[i] && shards[i] == nil {
+			shards[i] = make([]byte, size)
+		}
+	}
+	lost := &BlocksLostError{m: c.p.M}
+	sub, subWant := make([][]byte, ns), make([]bool, ns)
+	for o := 0; o < n; {
+		key, needed := pattern(o)
+		end := o + 1
+		for end < n {
+			if k, _ := pattern(end); k != key {
+				break
+			}
+			end++
+		}
+		if needed {
+			missing, reported := 0, 0
+			for i := range ns {
+				sub[i], subWant[i] = nil, false
+				if key&(1<<i) == 0 {
+					sub[i] = shards[i][o*BlockBytes : end*BlockBytes]
+					continue
+				}
+				missing++
+				subWant[i] = want[i]
+				if !unread[i] {
+					reported++ // its member said so
+				}
+			}
+			if missing > c.p.M {
+				for off := o; off < end; off++ {
+					lost.Offsets = append(lost.Offsets, off)
+					lost.Bad = append(lost.Bad, reported)
+				}
+			} else {
+				if err := c.ReconstructSome(sub, subWant); err != nil {
+					return err
+				}
+				for i := range ns {
+					if subWant[i] {
+						copy(shards[i][o*BlockBytes:end*BlockBytes], sub[i])
+					}
+				}
+			}
+		}
+		o = end
+	}
+	if len(lost.Offsets) > 0 {
+		return lost
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -450,4 +451,165 @@ func BenchmarkDegradedBlock4p2(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestReconstructBlocks: shards with bad blocks at different offsets are
+// completed offset by offset. Every wanted block whose offset has at most
+// M erasures comes back equal to the original; the others are named in a
+// BlocksLostError, whose At says "lost" only where the members reported
+// more than M of them bad. The whole-shard rule (a shard with one bad block is
+// erased) would lose the first case of the table.
+func TestReconstructBlocks(t *testing.T) {
+	p := Profile{2, 1}
+	c := newTestCoder(t, p)
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 9))
+	orig, err := c.Encode(randomChunkOf(rng, 8*2*BlockBytes)) // 8 blocks per shard
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 8
+	for _, tc := range []struct {
+		name     string
+		unread   []int      // shards not read at all
+		bad      [][]uint32 // per shard
+		want     []bool
+		lost     []int // offsets named in the error
+		reported bool  // Lost()
+	}{
+		{name: "one bad block in each of two shards, different offsets", bad: [][]uint32{{3}, {5}, nil},
+			want: []bool{true, true, false}},
+		{name: "a parity block too", bad: [][]uint32{{3}, {5}, {7}}, want: []bool{true, true, true}},
+		{name: "same offset in two shards", bad: [][]uint32{{4}, {4}, nil}, want: []bool{true, true, false},
+			lost: []int{4}, reported: true},
+		{name: "a shard unread and a bad block", unread: []int{0}, bad: [][]uint32{nil, {2, 6}, nil},
+			want: []bool{true, true, false}, lost: []int{2, 6}},
+		{name: "unread parity and a bad block", unread: []int{2}, bad: [][]uint32{{1}, nil, nil},
+			want: []bool{true, true, false}, lost: []int{1}},
+		{name: "unread parity, not wanted", unread: []int{2}, bad: [][]uint32{nil, nil, nil},
+			want: []bool{true, true, false}},
+		{name: "nothing bad", bad: [][]uint32{nil, nil, nil}, want: []bool{true, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			shards := make([][]byte, 3)
+			for i := range shards {
+				shards[i] = bytes.Clone(orig[i])
+				for _, o := range tc.bad[i] {
+					for b := range BlockBytes {
+						shards[i][int(o)*BlockBytes+b] ^= 0x5a // what a corrupt block would hold
+					}
+				}
+			}
+			for _, i := range tc.unread {
+				shards[i] = nil
+			}
+			err := c.ReconstructBlocks(shards, tc.bad, n, tc.want)
+			var le *BlocksLostError
+			if len(tc.lost) == 0 {
+				if err != nil {
+					t.Fatalf("err %v", err)
+				}
+			} else if !errors.As(err, &le) || !errors.Is(err, ErrTooFewShards) || fmt.Sprint(le.Offsets) != fmt.Sprint(tc.lost) {
+				t.Fatalf("err %v, want blocks %v lost (reported %v)", err, tc.lost, tc.reported)
+			} else if short, lost := le.At(tc.lost[0]); !short || lost != tc.reported {
+				t.Fatalf("err %v, want blocks %v lost (reported %v)", err, tc.lost, tc.reported)
+			}
+			for i, w := range tc.want {
+				if !w {
+					continue
+				}
+				for o := range n {
+					if slices.Contains(tc.lost, o) {
+						continue
+					}
+					if got := shards[i][o*BlockBytes : (o+1)*BlockBytes]; !bytes.Equal(got, orig[i][o*BlockBytes:(o+1)*BlockBytes]) {
+						t.Fatalf("shard %d block %d differs from the original", i, o)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestReconstructBlocksRandom: random profiles and erasure patterns
+// against the rule "a block is rebuilt iff at most M blocks are erased at
+// its offset".
+func TestReconstructBlocksRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 10))
+	for range 200 {
+		p := testProfiles[rng.IntN(len(testProfiles))]
+		if p.M == 0 {
+			continue
+		}
+		c := newTestCoder(t, p)
+		orig, err := c.Encode(randomChunkOf(rng, 1+rng.IntN(testChunkBytes)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(orig[0]) / BlockBytes
+		ns := p.Shards()
+		shards, bad, want := make([][]byte, ns), make([][]uint32, ns), make([]bool, ns)
+		erasures := make([]int, n)
+		for i := range ns {
+			want[i] = rng.IntN(2) == 0
+			if rng.IntN(6) == 0 {
+				for o := range n {
+					erasures[o]++
+				}
+				continue // unread
+			}
+			shards[i] = bytes.Clone(orig[i])
+			for o := range n {
+				if rng.IntN(4) == 0 {
+					bad[i] = append(bad[i], uint32(o))
+					erasures[o]++
+					clear(shards[i][o*BlockBytes : (o+1)*BlockBytes])
+				}
+			}
+		}
+		wasNil := make([]bool, ns)
+		for i := range shards {
+			wasNil[i] = shards[i] == nil
+		}
+		err = c.ReconstructBlocks(shards, bad, n, want)
+		var lostWant []int
+		for o := range n {
+			if erasures[o] <= p.M {
+				continue
+			}
+			for i := range ns {
+				if want[i] && (wasNil[i] || slices.Contains(bad[i], uint32(o))) {
+					lostWant = append(lostWant, o)
+					break
+				}
+			}
+		}
+		var le *BlocksLostError
+		switch {
+		case len(lostWant) == 0 && err != nil:
+			t.Fatalf("%v: unexpected %v", p, err)
+		case len(lostWant) > 0 && (!errors.As(err, &le) || fmt.Sprint(le.Offsets) != fmt.Sprint(lostWant)):
+			t.Fatalf("%v: err %v, want offsets %v lost", p, err, lostWant)
+		}
+		for i := range ns {
+			if !want[i] {
+				continue
+			}
+			for o := range n {
+				if erasures[o] > p.M && (wasNil[i] || slices.Contains(bad[i], uint32(o))) {
+					continue
+				}
+				if !bytes.Equal(shards[i][o*BlockBytes:(o+1)*BlockBytes], orig[i][o*BlockBytes:(o+1)*BlockBytes]) {
+					t.Fatalf("%v: shard %d block %d differs", p, i, o)
+				}
+			}
+		}
+	}
+}
+
+func randomChunkOf(rng *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
 }
