@@ -222,6 +222,9 @@ func (s *Store) commitGroup(group []*request) {
 	var run []*request
 	var runBytes int64
 	free, freeErr := s.freeDisk()
+	if freeErr == nil {
+		free = s.growBalloon(free)
+	}
 	for _, r := range group {
 		if err := s.brokenErr(); err != nil {
 			r.done <- err
@@ -231,7 +234,7 @@ func (s *Store) commitGroup(group []*request) {
 			r.done <- err
 			continue
 		}
-		if err := s.diskRoom(r, free, freeErr, runBytes); err != nil {
+		if err := s.diskRoom(r, &free, freeErr, runBytes); err != nil {
 			r.done <- err
 			continue
 		}
@@ -319,23 +322,39 @@ func (s *Store) flushRun(run []*request, n int64) {
 const indexRoomBytes = 32 << 20
 
 // diskRoom fails r with ErrNoSpace when the file system under the store
-// (free bytes at the start of the group, freeErr if statfs failed) would
-// keep less than indexRoomBytes free (half for the cleaner's batches); the
-// batches before r in its run, pending bytes, count when the head segment
-// is not preallocated. A file system that cannot tell is not checked.
-func (s *Store) diskRoom(r *request, free int64, freeErr error, pending int64) error {
+// (*free bytes, freeErr if statfs failed) would keep less than
+// indexRoomBytes free (half for the cleaner's batches); the batches before
+// r in its run, pending bytes, count when the head segment is not
+// preallocated. Batches other than the metadata's and the cleaner's also
+// leave the metadata balloon's size free (balloon.go); those two take what
+// they lack from the balloon, and *free grows by what it gave back. A file
+// system that cannot tell is not checked.
+func (s *Store) diskRoom(r *request, free *int64, freeErr error, pending int64) error {
 	if freeErr != nil {
 		return nil
 	}
-	need := int64(indexRoomBytes)
+	kept := int64(indexRoomBytes)
 	if r.internal {
-		need /= 2
+		kept /= 2
 	}
+	metadata := r.reserved || r.internal
+	if !metadata {
+		kept += s.balloonTarget
+	}
+	need := kept
 	if s.head.alloc < s.head.size.Load()+pending+int64(len(r.buf)) {
 		need += pending + int64(len(r.buf)) // appended, not written into preallocated space
 	}
-	if free < need {
-		return fmt.Errorf("batch of %d bytes: the file system under %s has %d bytes free, and %d are kept for the index: %w", len(r.buf), s.dir, free, indexRoomBytes, ErrNoSpace)
+	if *free < need && metadata {
+		got, err := s.releaseBalloon(need - *free)
+		if err != nil {
+			return fmt.Errorf("batch of %d bytes: %w", len(r.buf), err)
+		}
+		*free += got
+	}
+	if *free < need {
+		return fmt.Errorf("batch of %d bytes: the file system under %s has %d bytes free, and %d are kept for the index and the metadata (metadata balloon: %d of %d bytes left): %w",
+			len(r.buf), s.dir, *free, kept, s.balloon.Load(), s.balloonTarget, ErrNoSpace)
 	}
 	return nil
 }

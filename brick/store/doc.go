@@ -17,12 +17,15 @@
 //     returned (ErrCorrupt instead), and the cleaner never launders them:
 //     it moves a corrupt record verbatim, so it keeps reading as corrupt.
 //   - A full disk fails the batch with ErrNoSpace and loses nothing that was
-//     acknowledged; the store stays usable.
+//     acknowledged; the store stays usable. A disk filled by something else
+//     still takes metadata batches (ApplyReserved) from the metadata balloon
+//     while it lasts (balloon.go).
 //
 // Layout of dir:
 //
 //	seg-%016x.log   segments, appended by one committer goroutine (record.go)
 //	index/          pebble: block keys → record location (index.go)
+//	reserve.balloon preallocated space only metadata batches may take (balloon.go)
 //
 // Concurrency: all methods are safe for concurrent use. Apply calls are group
 // committed: one write and one fsync carry every batch queued meanwhile.

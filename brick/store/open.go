@@ -123,7 +123,11 @@ func (s *Store) open() error {
 	if err := s.loadAccounting(); err != nil {
 		return err
 	}
-	return s.setCapacity()
+	if err := s.setCapacity(); err != nil {
+		return err
+	}
+	s.openBalloon()
+	return nil
 }
 
 // loadMeta checks the index's format version and returns its watermark.

@@ -125,10 +125,10 @@ func TestCrashZeroedTail(t *testing.T) {
 }
 
 // TestDiskRoom: when the file system under the store has less free space
-// than the index keeps (indexRoomBytes), batches fail with ErrNoSpace
-// before anything is written, the store stays usable, and takes batches
-// again once space is back. A segment created on a nearly full disk is
-// not preallocated.
+// than the index keeps (indexRoomBytes) and the metadata balloon's size,
+// batches fail with ErrNoSpace before anything is written, the store stays
+// usable, and takes batches again once space is back. A segment created
+// on a nearly full disk is not preallocated.
 func TestDiskRoom(t *testing.T) {
 	var free atomic.Int64
 	free.Store(1 << 40)
@@ -136,7 +136,8 @@ func TestDiskRoom(t *testing.T) {
 	opts := Options{SegmentBytes: 1 << 20, freeBytes: func() (int64, error) { return free.Load(), nil }}
 	s := openT(t, dir, opts)
 	mustApply(t, s, crashBatch(0)...)
-	free.Store(indexRoomBytes - 1)
+	kept := indexRoomBytes + s.Stats().BalloonTarget
+	free.Store(kept - 1)
 	err := s.Apply(context.Background(), crashBatch(1))
 	if !errors.Is(err, ErrNoSpace) {
 		t.Fatalf("Apply with %d bytes free: %v, want ErrNoSpace", free.Load(), err)
@@ -144,13 +145,13 @@ func TestDiskRoom(t *testing.T) {
 	if batchVisible(t, s, 1) {
 		t.Fatal("a refused batch is visible")
 	}
-	free.Store(indexRoomBytes + 1)
+	free.Store(kept + 1)
 	mustApply(t, s, crashBatch(2)...)
 	if !batchVisible(t, s, 0) || !batchVisible(t, s, 2) {
 		t.Fatal("batches before and after the refusal not visible")
 	}
 	// Nearly full: the next segment grows by appends.
-	free.Store(opts.SegmentBytes + indexRoomBytes + 1<<20)
+	free.Store(opts.SegmentBytes + kept + 1<<20)
 	head, _ := headPos(s)
 	for id := uint64(3); ; id++ {
 		mustApply(t, s, crashBatch(id)...)
@@ -165,5 +166,74 @@ func TestDiskRoom(t *testing.T) {
 	}
 	if _, end := headPos(s); fi.Size() != end {
 		t.Fatalf("segment %d made on a nearly full disk is %d bytes for %d of records: preallocated", head, fi.Size(), end)
+	}
+}
+
+// TestBalloon: the store keeps a preallocated balloon file. With the disk
+// full, plain batches fail, and metadata batches (ApplyReserved) take the
+// space they lack from the balloon until it is empty; with room again the
+// balloon grows back. Reopened, the store finds its balloon.
+func TestBalloon(t *testing.T) {
+	var free atomic.Int64
+	free.Store(1 << 40)
+	dir := t.TempDir()
+	opts := Options{SegmentBytes: 1 << 20, CapacityBytes: 4 << 30, freeBytes: func() (int64, error) { return free.Load(), nil }}
+	s := openT(t, dir, opts)
+	balloon := func() int64 {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(dir, balloonName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := s.Stats(); st.BalloonBytes != fi.Size() {
+			t.Fatalf("Stats says the balloon holds %d bytes, its file %d", st.BalloonBytes, fi.Size())
+		}
+		return fi.Size()
+	}
+	target := s.Stats().BalloonTarget
+	if target != balloonBytesMax || balloon() != target {
+		t.Fatalf("balloon of %d bytes, target %d; want %d", balloon(), target, balloonBytesMax)
+	}
+	free.Store(0)
+	if err := s.Apply(context.Background(), crashBatch(1)); !errors.Is(err, ErrNoSpace) {
+		t.Fatalf("Apply on a full disk: %v, want ErrNoSpace", err)
+	}
+	if balloon() != target {
+		t.Fatal("a plain batch took space from the balloon")
+	}
+	reserved := 0
+	for id := uint64(2); ; id++ {
+		err := s.ApplyReserved(context.Background(), crashBatch(id))
+		if errors.Is(err, ErrNoSpace) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !batchVisible(t, s, id) {
+			t.Fatalf("metadata batch %d not visible", id)
+		}
+		reserved++
+		if reserved > 10 {
+			t.Fatalf("%d metadata batches on a full disk: the balloon never ran out (%d bytes)", reserved, balloon())
+		}
+	}
+	// Each group sees 0 bytes free and takes the index's room from the
+	// balloon: two of them empty it.
+	if reserved != int(target/indexRoomBytes)-1 && reserved != int(target/indexRoomBytes) {
+		t.Fatalf("%d metadata batches went through on a full disk, want about %d", reserved, target/indexRoomBytes)
+	}
+	if b := balloon(); b >= indexRoomBytes {
+		t.Fatalf("balloon still holds %d bytes after metadata batches were refused", b)
+	}
+	free.Store(1 << 40)
+	mustApply(t, s, crashBatch(100)...)
+	if b := balloon(); b != target {
+		t.Fatalf("balloon of %d bytes with room again, want %d", b, target)
+	}
+	s.Close()
+	s = openT(t, dir, opts)
+	if b := balloon(); b != target {
+		t.Fatalf("reopened: balloon of %d bytes, want %d", b, target)
 	}
 }

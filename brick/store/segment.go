@@ -117,9 +117,9 @@ func (s *Store) preallocate(seg *segment) {
 	if !ok || s.opts.SegmentBytes <= seg.size.Load() {
 		return
 	}
-	// On a nearly full disk the space is left free: for the index
-	// (diskRoom) and for the cleaner that gives space back.
-	if free, err := s.freeDisk(); err == nil && free < s.opts.SegmentBytes+2*indexRoomBytes {
+	// On a nearly full disk the space is left free: for the index and the
+	// metadata (diskRoom) and for the cleaner that gives space back.
+	if free, err := s.freeDisk(); err == nil && free < s.opts.SegmentBytes+2*indexRoomBytes+s.balloonTarget {
 		s.log.Debug("segment not preallocated: disk nearly full", "segment", seg.id, "free", free)
 		return
 	}

@@ -134,6 +134,12 @@ type Store struct {
 	capacity, reserve int64 // immutable after Open
 	metaReserve       int64 // immutable after Open; see Options.ReserveBytes
 
+	// The metadata balloon (balloon.go): owned by the committer once Open
+	// returns; balloon is atomic for Stats.
+	balloonF      *os.File
+	balloonTarget int64
+	balloon       atomic.Int64
+
 	reqs          chan *request // Apply → committer; unbuffered
 	stop          chan struct{} // closed by Close
 	committerDone chan struct{}
@@ -177,6 +183,7 @@ type Stats struct {
 	CommitTime                          time.Duration // spent writing and fsyncing group commits
 	CorruptReads                        int64
 	CleanedBytes                        int64
+	BalloonBytes, BalloonTarget         int64 // the metadata balloon's size and target (balloon.go)
 }
 
 // IndexMemory reports the index's memory: blocks in pebble's cache (at
@@ -202,6 +209,8 @@ func (s *Store) Stats() Stats {
 		CommitTime:    time.Duration(s.stats.commitNanos.Load()),
 		CorruptReads:  s.stats.corruptReads.Load(),
 		CleanedBytes:  s.stats.cleanedBytes.Load(),
+		BalloonBytes:  s.balloon.Load(),
+		BalloonTarget: s.balloonTarget,
 	}
 	s.mu.RLock()
 	st.Segments = len(s.mu.segs)
@@ -236,7 +245,7 @@ func (s *Store) closeFilesLocked() error {
 	for _, seg := range s.mu.segs {
 		err = errors.Join(err, seg.f.Close())
 	}
-	return err
+	return errors.Join(err, s.closeBalloon())
 }
 
 // setBroken records an error after which the store cannot promise that
