@@ -298,26 +298,10 @@ func TestRebuildLostStripe(t *testing.T) {
 	v := createVolume(t, tc.cl, "lost", false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	data := bytes.Repeat([]byte("lost stripe "), 100<<10)
-	if err := v.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
-	resp := ensureProfile(t, tc.cl, "lost", 4, 2)
-	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
-		t.Fatal(err)
-	}
+	writeCoded(t, ctx, tc, v, "lost", bytes.Repeat([]byte("lost stripe "), 100<<10))
 	m := clusterMap(t, tc.cl)
 	vol := m.Volume("lost")
-	sg := -1
-	var stripe [2]uint64
-	for i := range vol.SGs {
-		for id := range verifyGroup(t, ctx, m, vol.ID, i) {
-			sg, stripe = i, id
-		}
-	}
-	if sg < 0 {
-		t.Fatal("no stripe group holds stripes")
-	}
+	sg, stripe := stripeHeld(t, ctx, m, vol)
 	g := vol.SGs[sg]
 	for _, b := range g.Bricks[1:3] {
 		if _, err := brickClient(t, m, b).ShardDelete(ctx, &pb.ShardDeleteRequest{MapEpoch: m.Epoch, Vol: vol.ID, Sg: uint32(sg),
@@ -373,25 +357,10 @@ func TestRebuildPartialShards(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	data := bytes.Repeat([]byte("partial shards! "), 64<<10) // 1 MiB: one stripe of 64-block shards
-	if err := v.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
-	resp := ensureProfile(t, tc.cl, "part", 4, 2)
-	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
-		t.Fatal(err)
-	}
+	writeCoded(t, ctx, tc, v, "part", data)
 	m := clusterMap(t, tc.cl)
 	vol := m.Volume("part")
-	sg := -1
-	var stripe [2]uint64
-	for i := range vol.SGs {
-		for id := range verifyGroup(t, ctx, m, vol.ID, i) {
-			sg, stripe = i, id
-		}
-	}
-	if sg < 0 {
-		t.Fatal("no stripe group holds stripes")
-	}
+	sg, stripe := stripeHeld(t, ctx, m, vol)
 	g := vol.SGs[sg]
 	geo, err := ec.NewGeometry(ec.Profile{K: 4, M: 2}, int(vol.ChunkBytes))
 	if err != nil {
@@ -423,4 +392,17 @@ func TestRebuildPartialShards(t *testing.T) {
 	if err := v.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read after the rebuild: err %v, first wrong byte %d", err, firstDiff(got, data))
 	}
+}
+
+// stripeHeld returns a stripe group of vol that holds stripes and one of
+// its stripes (chunk, seq).
+func stripeHeld(t *testing.T, ctx context.Context, m *clustermap.Map, vol *clustermap.Volume) (int, [2]uint64) {
+	t.Helper()
+	for i := range vol.SGs {
+		for id := range verifyGroup(t, ctx, m, vol.ID, i) {
+			return i, id
+		}
+	}
+	t.Fatal("no stripe group holds stripes")
+	return 0, [2]uint64{}
 }

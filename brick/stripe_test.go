@@ -258,13 +258,7 @@ func TestCodedBadBlocks(t *testing.T) {
 	for i := range data {
 		data[i] = byte(rng.Uint32())
 	}
-	if err := v.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
-	resp := ensureProfile(t, tc.cl, "ec", 4, 2)
-	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
-		t.Fatal(err)
-	}
+	writeCoded(t, ctx, tc, v, "ec", data)
 	m := clusterMap(t, tc.cl)
 	vol := m.Volume("ec")
 	primary := tc.brick(vol.PGs[vol.PGOf(0)].Primary())
@@ -335,5 +329,18 @@ func TestCodedBadBlocks(t *testing.T) {
 	// Another block of the chunk still reads.
 	if err := v.ReadAt(ctx, got[:limits.BlockBytes], 0); err != nil || !bytes.Equal(got[:limits.BlockBytes], data[:limits.BlockBytes]) {
 		t.Fatalf("block 0 beside a lost one: err %v", err)
+	}
+}
+
+// writeCoded writes data at the start of volume name (v) and moves it into
+// 4+2 stripes.
+func writeCoded(t *testing.T, ctx context.Context, tc *testCluster, v *volume.Volume, name string, data []byte) {
+	t.Helper()
+	if err := v.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	resp := ensureProfile(t, tc.cl, name, 4, 2)
+	if _, err := v.Relayout(ctx, 0, uint64(len(data)), uint16(resp.Id), nil); err != nil {
+		t.Fatal(err)
 	}
 }
