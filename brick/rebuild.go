@@ -433,7 +433,6 @@ func (r *rebuilder) rebuildStripe(ctx context.Context, g *rebuildGroup, id strip
 		if have < k {
 			continue
 		}
-		shards[g.pos] = nil // the target's position is rebuilt whole
 		err := g.coder.ReconstructBlocks(shards, bad, n, want)
 		if err == nil {
 			break
@@ -442,7 +441,7 @@ func (r *rebuilder) rebuildStripe(ctx context.Context, g *rebuildGroup, id strip
 			return fmt.Errorf("stripe %d of chunk %d: %w", id.seq, id.chunk, err)
 		}
 		why = append(why, err.Error())
-		shards[g.pos] = nil
+		shards[g.pos] = nil // rebuilt whole at the next try
 	}
 	if shards[g.pos] == nil {
 		// Members holding none of it may also mean a deletion running

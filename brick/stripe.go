@@ -258,9 +258,9 @@ func (s *Server) fetchShard(ctx context.Context, m *clustermap.Map, st stripeOf,
 // block needs K good blocks at its own offset, so shards each with a few
 // bad blocks at different offsets still serve (a whole-shard rule would
 // count each as lost). Offsets that lack K good blocks are named in short;
-// the shards' blocks there are not good. The shards made whole are cached,
-// and every bad block a member reported that could be rebuilt is written
-// back to it.
+// the shards' blocks there are not good, and nothing is cached then (a
+// stripe losing data). Every bad block a member reported that could be
+// rebuilt is written back to it.
 func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf, chunk uint64, j int, dj []byte, badj []uint32) (shards [][]byte, short *ec.BlocksLostError, err error) {
 	p := st.geo.Profile()
 	n := int(st.ref.Len)
@@ -288,10 +288,8 @@ func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf
 		})
 	}
 	_ = g.Wait()
-	unread := make([]bool, len(shards))
 	want := make([]bool, len(shards))
 	for i := range want {
-		unread[i] = shards[i] == nil
 		want[i] = i < p.K || i == j
 	}
 	coder, err := s.coder(p, st.geo.ChunkBytes())
@@ -303,28 +301,15 @@ func (s *Server) reconstruct(ctx context.Context, m *clustermap.Map, st stripeOf
 	if err := coder.ReconstructBlocks(shards, bad, n, want); err != nil && !errors.As(err, &short) {
 		return nil, nil, status.Errorf(codes.Internal, "stripe %d of volume %s stripe group %d: %v", st.ref.StripeSeq, st.vol.Name, st.ref.SG, err)
 	}
-	shortAt := func(o int) bool {
-		in, _ := short.At(o)
-		return in
-	}
 	for i := range shards {
 		if !want[i] {
 			continue
 		}
-		whole := true
-		var fixed []uint32
-		for _, o := range bad[i] {
-			if short != nil && shortAt(int(o)) {
-				whole = false
-			} else {
-				fixed = append(fixed, o)
-			}
-		}
-		if unread[i] && short != nil {
-			whole = false
-		}
-		if whole && (i < p.K || i == j) {
+		fixed := bad[i]
+		if short == nil {
 			s.stripes.put(stripeKey{st.vol.ID, st.ref.SG, chunk, st.ref.StripeSeq, i}, shards[i])
+		} else { // some blocks are not good: nothing cached, only what was rebuilt written back
+			fixed = slices.DeleteFunc(slices.Clone(fixed), func(o uint32) bool { in, _ := short.At(int(o)); return in })
 		}
 		if len(fixed) > 0 {
 			s.repairShard(ctx, m, st, chunk, i, shards[i], fixed)

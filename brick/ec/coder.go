@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/bits"
 
 	"github.com/klauspost/reedsolomon"
 )
@@ -252,70 +253,53 @@ func (c *Coder) ReconstructBlocks(shards [][]byte, bad [][]uint32, n int, want [
 		return fmt.Errorf("%s stripe: %d shards, %d bad lists, %d wants: %w", c.p, len(shards), len(bad), len(want), ErrShardSize)
 	}
 	size := n * BlockBytes
-	// erased[i][o]: block o of shard i is not usable.
-	erased, unread := make([][]bool, ns), make([]bool, ns)
+	// keys[o]: bit i set when block o of shard i is not usable.
+	keys := make([]uint64, n)
+	var unread, wanted uint64
 	for i, s := range shards {
-		unread[i] = s == nil
-		erased[i] = make([]bool, n)
 		switch {
 		case s == nil:
-			for o := range erased[i] {
-				erased[i][o] = true
+			unread |= 1 << i
+			for o := range keys {
+				keys[o] |= 1 << i
 			}
 		case len(s) != size:
 			return fmt.Errorf("%s stripe: shard %d of %d bytes, want %d blocks: %w", c.p, i, len(s), n, ErrShardSize)
 		}
 		for _, o := range bad[i] {
 			if int(o) < n {
-				erased[i][o] = true
+				keys[o] |= 1 << i
 			}
 		}
-	}
-	pattern := func(o int) (key uint64, needed bool) {
-		for i := range ns {
-			if erased[i][o] {
-				key |= 1 << i
-				needed = needed || want[i]
+		if want[i] {
+			wanted |= 1 << i
+			if s == nil {
+				shards[i] = make([]byte, size)
 			}
-		}
-		return key, needed
-	}
-	for i := range shards {
-		if want[i] && shards[i] == nil {
-			shards[i] = make([]byte, size)
 		}
 	}
 	lost := &BlocksLostError{m: c.p.M}
 	sub, subWant := make([][]byte, ns), make([]bool, ns)
 	for o := 0; o < n; {
-		key, needed := pattern(o)
-		end := o + 1
-		for end < n {
-			if k, _ := pattern(end); k != key {
-				break
-			}
+		key, end := keys[o], o+1
+		for end < n && keys[end] == key {
 			end++
 		}
-		if needed {
-			missing, reported := 0, 0
-			for i := range ns {
-				sub[i], subWant[i] = nil, false
-				if key&(1<<i) == 0 {
-					sub[i] = shards[i][o*BlockBytes : end*BlockBytes]
-					continue
-				}
-				missing++
-				subWant[i] = want[i]
-				if !unread[i] {
-					reported++ // its member said so
-				}
-			}
+		if key&wanted != 0 {
+			missing := bits.OnesCount64(key)
 			if missing > c.p.M {
+				reported := bits.OnesCount64(key &^ unread) // their members said so
 				for off := o; off < end; off++ {
 					lost.Offsets = append(lost.Offsets, off)
 					lost.Bad = append(lost.Bad, reported)
 				}
 			} else {
+				for i := range ns {
+					sub[i], subWant[i] = nil, key&(1<<i) != 0 && want[i]
+					if key&(1<<i) == 0 {
+						sub[i] = shards[i][o*BlockBytes : end*BlockBytes]
+					}
+				}
 				if err := c.ReconstructSome(sub, subWant); err != nil {
 					return err
 				}

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -104,9 +103,5 @@ func (s *Store) closeBalloon() error {
 	if s.balloonF == nil {
 		return nil
 	}
-	err := s.balloonF.Close()
-	if errors.Is(err, os.ErrClosed) {
-		return nil
-	}
-	return err
+	return s.balloonF.Close()
 }

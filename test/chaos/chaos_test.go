@@ -392,10 +392,7 @@ func (w *world) finish() {
 		// Their logs hold changes no one replayed: fsck would report
 		// those as damage. The run has its anomaly already.
 		w.note(fmt.Sprintf("%s: fsck skipped: fs nodes %v were down at the end and killed, their logs not replayed", w.name, killed))
-		w.scanLogs()
-		return
-	}
-	if err := w.fsck(); err != nil {
+	} else if err := w.fsck(); err != nil {
 		a := fsckAnomaly(err)
 		if notes := w.inodeNotes(a.Detail); notes != "" {
 			a.Detail += "\n" + notes
