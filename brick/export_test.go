@@ -41,3 +41,11 @@ func (s *Server) SweepStripes(ctx context.Context) int { return s.sweepStripes(c
 // SetStripeGCGrace sets the collector's grace (Config.StripeGCGrace);
 // a coding step at this brick then swaps within half of it.
 func (s *Server) SetStripeGCGrace(d time.Duration) { s.gc.grace.Store(int64(d)) }
+
+// CountEntry is countEntry: the profile counts of block version e as a
+// layout scan found it.
+func (s *Server) CountEntry(vol uint64, e store.Entry) (map[uint16]int64, error) {
+	counts := map[uint16]int64{}
+	err := s.countEntry(s.serving.Load().VolumeByID(vol), e, counts)
+	return counts, err
+}

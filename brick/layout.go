@@ -2,6 +2,7 @@ package brick
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 
@@ -63,24 +64,9 @@ func (s *Server) layoutCounts(v *clustermap.Volume, pg uint32, lo, hi uint64) (m
 	have := false
 	var refErr error
 	flush := func() {
-		if !have || cur.Tombstone {
-			return
+		if have && refErr == nil {
+			refErr = s.countEntry(v, cur, counts)
 		}
-		if !cur.Ref {
-			counts[0]++
-			return
-		}
-		data, _, err := s.store.Get(cur.Key)
-		if err != nil {
-			refErr = err
-			return
-		}
-		ref, err := ec.DecodeRef(data)
-		if err != nil || int(ref.SG) >= len(v.SGs) {
-			refErr = status.Errorf(codes.DataLoss, "block %d of volume %s: bad ref %x", cur.Block, v.Name, data)
-			return
-		}
-		counts[v.SGs[ref.SG].Profile]++
 	}
 	err := s.store.Scan(v.ID, lo, hi, func(e store.Entry) bool {
 		if have && e.Block != cur.Block {
@@ -100,4 +86,36 @@ func (s *Server) layoutCounts(v *clustermap.Volume, pg uint32, lo, hi uint64) (m
 		return nil, storeErr(err, "layout")
 	}
 	return counts, nil
+}
+
+// countEntry adds block version e, as a scan found it, to counts by
+// profile. No block lock is held: since the scan, a relayout may have
+// swapped a ref for a put of its data (decodeChunk) or the collector
+// removed the version, so a ref counts as what its key holds now.
+func (s *Server) countEntry(v *clustermap.Volume, e store.Entry, counts map[uint16]int64) error {
+	if e.Tombstone {
+		return nil
+	}
+	if !e.Ref {
+		counts[0]++
+		return nil
+	}
+	data, now, err := s.store.Get(e.Key)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case now.Tombstone:
+		return nil
+	case !now.Ref:
+		counts[0]++
+		return nil
+	}
+	ref, err := ec.DecodeRef(data)
+	if err != nil || int(ref.SG) >= len(v.SGs) {
+		return status.Errorf(codes.DataLoss, "block %d of volume %s: bad ref (%d bytes: %x)", e.Block, v.Name, len(data), data[:min(len(data), ec.RefBytes)])
+	}
+	counts[v.SGs[ref.SG].Profile]++
+	return nil
 }
