@@ -15,6 +15,7 @@ type brickMemory struct {
 	servers                     map[*Server]bool
 	desc                        *prometheus.Desc
 	commits, batches, commitSec *prometheus.Desc
+	zeroed                      *prometheus.Desc
 	requests                    *prometheus.Desc
 }
 
@@ -27,6 +28,8 @@ var memory = &brickMemory{servers: map[*Server]bool{}, desc: prometheus.NewDesc(
 		"Batches (a request's changes) a brick's store committed: batches/commits is its batching factor.", []string{"brick"}, nil),
 	commitSec: prometheus.NewDesc("plumeria_brick_store_commit_seconds_total",
 		"Time a brick's store spent writing and fsyncing group commits.", []string{"brick"}, nil),
+	zeroed: prometheus.NewDesc("plumeria_brick_store_zeroed_bytes_total",
+		"Zeros a brick's store wrote ahead of its small commits, so their fdatasync flushes data only (brick/store/zero.go).", []string{"brick"}, nil),
 	requests: prometheus.NewDesc("plumeria_brick_requests_inflight",
 		"Requests a brick is serving, by kind: write (client writes and decommits), read, replicate (changes and backfill batches from primaries). Each holds its data; a client connection carries at most limits.RPCStreamsPerConnMax at once.",
 		[]string{"brick", "kind"}, nil),
@@ -70,6 +73,7 @@ func (c *brickMemory) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.commits
 	ch <- c.batches
 	ch <- c.commitSec
+	ch <- c.zeroed
 	ch <- c.requests
 }
 
@@ -88,6 +92,7 @@ func (c *brickMemory) Collect(ch chan<- prometheus.Metric) {
 		st := s.store.Stats()
 		ch <- prometheus.MustNewConstMetric(c.commits, prometheus.CounterValue, float64(st.Commits), s.cfg.Name)
 		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.CounterValue, float64(st.Batches), s.cfg.Name)
+		ch <- prometheus.MustNewConstMetric(c.zeroed, prometheus.CounterValue, float64(st.ZeroedBytes), s.cfg.Name)
 		ch <- prometheus.MustNewConstMetric(c.commitSec, prometheus.CounterValue, st.CommitTime.Seconds(), s.cfg.Name)
 		for k := range kinds {
 			ch <- prometheus.MustNewConstMetric(c.requests, prometheus.GaugeValue, float64(s.inflight[k].Load()), s.cfg.Name, kindNames[k])

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -43,21 +44,44 @@ func BenchmarkApply(b *testing.B) {
 func BenchmarkCommit4K(b *testing.B) {
 	for _, bc := range []struct {
 		name string
-		wrap func(*os.File) segFile
+		opts Options
 	}{
-		{"prealloc", nil},
-		{"append", func(f *os.File) segFile { return struct{ *os.File }{f} }},
+		{"prealloc", Options{}},
+		{"prealloc-nozero", Options{noZero: true}},
+		{"append", Options{wrapFile: func(f *os.File) segFile { return struct{ *os.File }{f} }}},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
-			s := openT(b, b.TempDir(), Options{wrapFile: bc.wrap})
-			data := make([]byte, limits.BlockBytes)
-			for i := range b.N {
-				op := Op{Kind: OpPut, Key: Key{Vol: 1, Block: uint64(i)}, Seq: 1, Data: data}
-				if err := s.Apply(context.Background(), []Op{op}); err != nil {
-					b.Fatal(err)
+		// Three stores committing at once: the three bricks of `up` on one disk.
+		for _, stores := range []int{1, 3} {
+			b.Run(fmt.Sprintf("%s-%d", bc.name, stores), func(b *testing.B) {
+				var ss []*Store
+				for range stores {
+					ss = append(ss, openT(b, b.TempDir(), bc.opts))
 				}
-			}
-		})
+				data := make([]byte, limits.BlockBytes)
+				b.ResetTimer()
+				for i := range b.N {
+					var wg sync.WaitGroup
+					for _, s := range ss {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							op := Op{Kind: OpPut, Key: Key{Vol: 1, Block: uint64(i)}, Seq: 1, Data: data}
+							if err := s.Apply(context.Background(), []Op{op}); err != nil {
+								b.Error(err)
+							}
+						}()
+					}
+					wg.Wait()
+				}
+				var st Stats
+				for _, s := range ss {
+					x := s.Stats()
+					st.Commits += x.Commits
+					st.CommitTime += x.CommitTime
+				}
+				b.ReportMetric(float64(st.CommitTime.Microseconds())/float64(st.Commits), "us/fsync")
+			})
+		}
 	}
 }
 

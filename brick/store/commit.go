@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
 	"sync"
 	"time"
 
@@ -285,12 +286,14 @@ func (s *Store) flushRun(run []*request, n int64) {
 		return
 	}
 	head, base := s.head, s.head.size.Load()
-	buf := s.groupBuf[:0]
+	bufs := s.groupBufs[:0]
 	for _, r := range run {
-		buf = append(buf, r.buf...)
+		bufs = append(bufs, r.buf)
 	}
-	s.groupBuf = buf // reused: at most groupBytesMax plus one batch
-	err := s.writeDurable(head, buf, base)
+	s.groupBufs = bufs // reused
+	s.zero.claim(head, base+n)
+	err := s.writeDurable(head, bufs, base, n)
+	clear(bufs) // no batch buffer kept from its pool
 	if err == nil {
 		head.size.Store(base + n)
 		s.used.Add(n)
@@ -298,6 +301,9 @@ func (s *Store) flushRun(run []*request, n int64) {
 			s.setBroken(err)
 			err = s.brokenErr()
 		}
+	}
+	if err == nil {
+		s.zero.committed(s, head, n)
 	}
 	for _, r := range run {
 		if err == nil && !r.internal {
@@ -371,9 +377,9 @@ func (s *Store) freeDisk() (int64, error) {
 // other failure breaks the store: after a failed fsync the file's contents
 // are unknown (the page cache may have dropped them), and only a reopen,
 // which re-reads the disk, can tell what survived.
-func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
+func (s *Store) writeDurable(seg *segment, bufs [][]byte, off, n int64) error {
 	start := time.Now()
-	_, err := seg.f.WriteAt(buf, off)
+	err := s.writeAt(seg, bufs, off)
 	if err == nil {
 		err = seg.sync()
 	}
@@ -382,15 +388,32 @@ func (s *Store) writeDurable(seg *segment, buf []byte, off int64) error {
 		s.stats.commits.Add(1)
 		return nil
 	}
-	err = fmt.Errorf("append %d bytes to segment %d at %d: %w", len(buf), seg.id, off, noSpace(err))
+	err = fmt.Errorf("append %d bytes to segment %d at %d: %w", n, seg.id, off, noSpace(err))
 	if !errors.Is(err, ErrNoSpace) {
 		s.setBroken(err)
 		return s.brokenErr()
 	}
+	s.zero.retire(seg)
 	if cerr := seg.cut(off); cerr != nil {
 		s.setBroken(fmt.Errorf("%w, after %v", cerr, err))
 		return s.brokenErr()
 	}
+	return err
+}
+
+// writeAt writes bufs at off, one after the other: with one pwritev on a
+// real file (each batch from its own buffer, none copied), else (a test's
+// wrapper) as one write of their concatenation.
+func (s *Store) writeAt(seg *segment, bufs [][]byte, off int64) error {
+	if f, ok := seg.f.(*os.File); ok {
+		return pwritev(f, bufs, off)
+	}
+	buf := s.groupBuf[:0]
+	for _, b := range bufs {
+		buf = append(buf, b...)
+	}
+	s.groupBuf = buf // reused: at most groupBytesMax plus one batch
+	_, err := seg.f.WriteAt(buf, off)
 	return err
 }
 

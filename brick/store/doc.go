@@ -29,4 +29,9 @@
 //
 // Concurrency: all methods are safe for concurrent use. Apply calls are group
 // committed: one write and one fsync carry every batch queued meanwhile.
+// The head segment is preallocated (segment.go); after small commits a
+// zeroer goroutine writes zeros a little ahead of the records, so that a
+// small commit's fdatasync flushes data only, with no journal commit for
+// an unwritten extent (zero.go). No format change: zeros past the last
+// commit record were always free space to a scan.
 package store

@@ -35,6 +35,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		reqs:          make(chan *request),
 		stop:          make(chan struct{}),
 		committerDone: make(chan struct{}),
+		zero:          newZeroer(),
 	}
 	s.mu.segs = map[uint64]*segment{}
 	s.acct.live = map[uint64]int64{}
@@ -46,6 +47,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
 	go s.runCommitter()
+	go s.zero.run(s)
 	return s, nil
 }
 

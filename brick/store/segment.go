@@ -133,6 +133,7 @@ func (s *Store) preallocate(seg *segment) {
 // seal cuts a preallocated segment back to its records before the next
 // one becomes the head, so a sealed segment's file size is its size.
 func (s *Store) seal(seg *segment) error {
+	s.zero.retire(seg)
 	if seg.alloc == 0 {
 		return nil
 	}

@@ -89,6 +89,7 @@ type Options struct {
 	Logger *slog.Logger
 
 	wrapFile func(*os.File) segFile // tests: inject disk faults
+	noZero   bool                   // tests: no zeros written ahead (zero.go)
 	// freeBytes, if set, replaces the file system's free bytes (statfs)
 	// wherever the store asks for them (freeDisk; tests).
 	freeBytes func() (int64, error)
@@ -143,14 +144,16 @@ type Store struct {
 	reqs          chan *request // Apply → committer; unbuffered
 	stop          chan struct{} // closed by Close
 	committerDone chan struct{}
+	zero          *zeroer // writes zeros ahead of small commits (zero.go)
 	closeOnce     sync.Once
 	closeErr      error
 
-	head     *segment // owned by the committer once Open returns
-	groupBuf []byte   // owned by the committer
-	headID   atomic.Uint64
-	used     atomic.Int64          // bytes of all segment files
-	broken   atomic.Pointer[error] // set once; then every Apply fails with it
+	head      *segment // owned by the committer once Open returns
+	groupBuf  []byte   // owned by the committer (writeAt to a test wrapper)
+	groupBufs [][]byte // owned by the committer: the batches of a group commit
+	headID    atomic.Uint64
+	used      atomic.Int64          // bytes of all segment files
+	broken    atomic.Pointer[error] // set once; then every Apply fails with it
 	// version is the format version of the index's version key: 1 until
 	// the first ref is written (or replayed), then 2 (record.go). Set by
 	// Open, then only by the committer (upgradeFormat).
@@ -184,6 +187,7 @@ type Stats struct {
 	CorruptReads                        int64
 	CleanedBytes                        int64
 	BalloonBytes, BalloonTarget         int64 // the metadata balloon's size and target (balloon.go)
+	ZeroedBytes                         int64 // zeros written ahead of small commits (zero.go)
 }
 
 // IndexMemory reports the index's memory: blocks in pebble's cache (at
@@ -211,6 +215,7 @@ func (s *Store) Stats() Stats {
 		CleanedBytes:  s.stats.cleanedBytes.Load(),
 		BalloonBytes:  s.balloon.Load(),
 		BalloonTarget: s.balloonTarget,
+		ZeroedBytes:   s.zero.zeroedBytes(),
 	}
 	s.mu.RLock()
 	st.Segments = len(s.mu.segs)
@@ -231,6 +236,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.committerDone
+		s.zero.close()
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		s.mu.closed = true
