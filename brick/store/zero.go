@@ -46,13 +46,11 @@ type zeroer struct {
 
 	seg     *segment // the head segment zeroed ahead of (nil: none)
 	f       *os.File // the zeroer's own descriptor of seg's file
-	path    string   // seg's file
 	alloc   int64    // seg's preallocated size: nothing is written at or past it
 	claimed int64    // end of the records written or being written in seg
 	done    int64    // zeros written and synced in seg up to here
-	busy    bool     // [from, to) is being written
+	busy    bool     // zeros are being written from here on (at most zeroStepBytes)
 	from    int64
-	to      int64
 	bytes   int64         // zeros written, in all segments (Stats.ZeroedBytes)
 	bulkAt  time.Time     // the last group commit above zeroSmallBytes
 	quiet   time.Duration // zeroBulkQuiet (tests change it)
@@ -113,7 +111,7 @@ func (z *zeroer) step(s *Store) bool {
 		return false
 	}
 	if z.f == nil {
-		f, err := os.OpenFile(z.path, os.O_WRONLY, 0)
+		f, err := os.OpenFile(filepath.Join(s.dir, segName(z.seg.id)), os.O_WRONLY, 0)
 		if err != nil {
 			s.log.Debug("zeroer: open segment", "segment", z.seg.id, "err", err)
 			z.done = z.alloc
@@ -128,7 +126,7 @@ func (z *zeroer) step(s *Store) bool {
 		z.mu.Unlock()
 		return false
 	}
-	z.busy, z.from, z.to = true, a, b
+	z.busy, z.from = true, a
 	f, id := z.f, z.seg.id
 	z.mu.Unlock()
 
@@ -195,8 +193,7 @@ func (z *zeroer) committed(s *Store, seg *segment, n int64) {
 	}
 	z.mu.Lock()
 	if z.seg != seg {
-		z.retireLocked()
-		z.seg, z.path, z.alloc = seg, filepath.Join(s.dir, segName(seg.id)), seg.alloc
+		z.seg, z.alloc = seg, seg.alloc // the one before was retired when sealed
 		z.claimed = seg.size.Load()
 		z.done = z.claimed
 	}
