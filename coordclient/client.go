@@ -85,17 +85,9 @@ const (
 // ReconnectDelayMax; the request id of each call's context travels as
 // metadata). It uses mutual TLS with the process's identity
 // (pki.Default), or plaintext when the process runs insecure (nil).
-//
-// A server of this process is reached in memory (internal/localnet), and
-// then gRPC's read and write buffers, which save system calls on a
-// socket, are left out: they would be one more copy of every byte.
 func Dial(addr string) (*grpc.ClientConn, error) {
 	id := pki.Default()
-	opts := reqid.DialOptions()
-	if localnet.Served(addr) {
-		opts = append(opts, grpc.WithReadBufferSize(0), grpc.WithWriteBufferSize(0))
-	}
-	return grpc.NewClient(addr, append(opts,
+	return grpc.NewClient(addr, append(reqid.DialOptions(),
 		pki.DialOption(id), rpcbuf.DialOption(), grpc.WithContextDialer(dialer(id)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxCallSendMsgSize(limits.RPCMessageBytesMax)),
 		grpc.WithInitialWindowSize(limits.RPCStreamWindowBytes), grpc.WithInitialConnWindowSize(limits.RPCConnWindowBytes),

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -59,8 +58,7 @@ type Config struct {
 type Node struct {
 	cfg      Config
 	mux      *netmux.Mux
-	gs       *grpc.Server // the network's connections
-	gsLocal  *grpc.Server // the process's own (netmux.Mux.GRPCLocal)
+	gs       *grpc.Server
 	coord    *coord.Server
 	brick    *brick.Server
 	lock     *lockRole
@@ -96,25 +94,18 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		cfg.Advertise = mux.Addr().String()
 	}
 	n := &Node{cfg: cfg, mux: mux, fatal: make(chan error, 1)}
-	opts := append(append(pki.HandshakedServerOptions(id), reqid.ServerOptions(cfg.Logger)...), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
+	n.gs = grpc.NewServer(append(append(pki.HandshakedServerOptions(id), reqid.ServerOptions(cfg.Logger)...), grpc.MaxRecvMsgSize(limits.RPCMessageBytesMax), grpc.MaxSendMsgSize(limits.RPCMessageBytesMax),
 		grpc.InitialWindowSize(limits.RPCStreamWindowBytes), grpc.InitialConnWindowSize(limits.RPCConnWindowBytes),
 		grpc.MaxConcurrentStreams(limits.RPCStreamsPerConnMax), rpcbuf.ServerOption(),
 		// Requests served by goroutines that keep their grown stacks (a
 		// new goroutine per request grew its stack in every chunk request:
 		// 6% of the CPU of random 4 KiB writes, session 13). When all are
 		// busy a request gets a goroutine of its own, as before.
-		grpc.NumStreamWorkers(limits.RPCStreamWorkers))
-	n.gs = grpc.NewServer(opts...)
-	// The process's own clients (internal/localnet) get a server whose
-	// frames go straight to and from the connection: gRPC's read and write
-	// buffers save system calls on a socket, in memory they are one more
-	// copy of every byte (a 1 MiB chunk crosses up to three connections).
-	n.gsLocal = grpc.NewServer(append(slices.Clip(opts), grpc.ReadBufferSize(0), grpc.WriteBufferSize(0))...)
-	gs := registrars{n.gs, n.gsLocal}
+		grpc.NumStreamWorkers(limits.RPCStreamWorkers))...)
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
-			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), gs)
+			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), n.gs)
 		if err != nil {
 			return fail(err)
 		}
@@ -138,17 +129,16 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if n.lock, err = newLockRole(cfg.Name, cfg.Advertise, n.cc, cfg.Logger); err != nil {
 			return fail(err)
 		}
-		lockpb.RegisterLockServer(gs, n.lock)
+		lockpb.RegisterLockServer(n.gs, n.lock)
 	}
 	if cfg.Brick {
 		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
-			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Class: cfg.Class, Coord: n.cc, Logger: cfg.Logger}, gs)
+			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Class: cfg.Class, Coord: n.cc, Logger: cfg.Logger}, n.gs)
 		if err != nil {
 			return fail(err)
 		}
 	}
 	go n.gs.Serve(mux.GRPC())
-	go n.gsLocal.Serve(mux.GRPCLocal())
 	if err := n.startHTTP(); err != nil {
 		return fail(err)
 	}
@@ -202,7 +192,6 @@ func (n *Node) Stop() {
 	}
 	if n.gs != nil {
 		n.gs.Stop()
-		n.gsLocal.Stop()
 	}
 	if n.brick != nil {
 		n.brick.Stop()
@@ -217,13 +206,4 @@ func (n *Node) Stop() {
 		n.ownCC.Close()
 	}
 	n.mux.Close()
-}
-
-// registrars registers each service on every server of the node.
-type registrars []*grpc.Server
-
-func (r registrars) RegisterService(desc *grpc.ServiceDesc, impl any) {
-	for _, s := range r {
-		s.RegisterService(desc, impl)
-	}
 }

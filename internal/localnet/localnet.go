@@ -156,10 +156,6 @@ func lookup(addr string) *listener {
 	return nil
 }
 
-// Served reports whether this process listens on addr now, so that a
-// Dial of it connects in memory.
-func Served(addr string) bool { return lookup(addr) != nil }
-
 // Dial connects to addr in memory when this process listens on it
 // (ok=true, with the connection or the listener's refusal), presenting
 // chain as the client's certificate chain. ok=false: addr is not served

@@ -45,7 +45,6 @@ type Mux struct {
 	id        *pki.Identity // nil: plaintext
 	logger    atomic.Pointer[slog.Logger]
 	grpc      *chanListener
-	local     atomic.Pointer[chanListener] // in-process gRPC connections, once GRPCLocal is called
 	raft      *chanListener
 	stopLocal func() // unregisters the in-process listener
 }
@@ -73,8 +72,7 @@ func Listen(addr string, id *pki.Identity) (*Mux, error) {
 	return m, nil
 }
 
-// acceptLocal hands an in-process connection to the gRPC listener (the
-// local one once there is one), after
+// acceptLocal hands an in-process connection to the gRPC listener, after
 // the checks of a TLS handshake when the mux has an identity, or gives up
 // when the dial's ctx ends.
 func (m *Mux) acceptLocal(ctx context.Context, c *localnet.Conn) error {
@@ -86,14 +84,10 @@ func (m *Mux) acceptLocal(ctx context.Context, c *localnet.Conn) error {
 		}
 		conn = tc
 	}
-	l := m.grpc
-	if local := m.local.Load(); local != nil {
-		l = local
-	}
 	select {
-	case l.ch <- conn:
+	case m.grpc.ch <- conn:
 		return nil
-	case <-l.done:
+	case <-m.grpc.done:
 		return localnet.ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
@@ -113,26 +107,8 @@ func (m *Mux) log() *slog.Logger {
 // Addr is the bound address.
 func (m *Mux) Addr() net.Addr { return m.ln.Addr() }
 
-// GRPC returns the listener of the network's gRPC connections.
+// GRPC returns the listener for the gRPC server.
 func (m *Mux) GRPC() net.Listener { return m.grpc }
-
-// GRPCLocal returns the listener of the in-process gRPC connections
-// (internal/localnet), for a server of its own: one whose reads and writes
-// go straight to the connection (grpc.ReadBufferSize and WriteBufferSize
-// 0), since a copy into a buffer saves no system call there. Until it is
-// first called they go to GRPC's listener.
-func (m *Mux) GRPCLocal() net.Listener {
-	l := newChanListener(m.ln.Addr())
-	if !m.local.CompareAndSwap(nil, l) {
-		return m.local.Load()
-	}
-	select {
-	case <-m.grpc.done: // closed already
-		l.close()
-	default:
-	}
-	return l
-}
 
 // Raft returns a raft.StreamLayer over this port.
 func (m *Mux) Raft() raft.StreamLayer { return &raftLayer{m.raft, m.id} }
@@ -142,9 +118,6 @@ func (m *Mux) Close() error {
 	m.stopLocal()
 	err := m.ln.Close()
 	m.grpc.close()
-	if l := m.local.Load(); l != nil {
-		l.close()
-	}
 	m.raft.close()
 	return err
 }

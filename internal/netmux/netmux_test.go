@@ -121,8 +121,7 @@ func tlsClient(c net.Conn, id *pki.Identity) *tls.Conn {
 
 // TestLocalDial: a client of the same process reaches the gRPC listener in
 // memory with the TLS state of its certificate; a dial nobody accepts
-// gives up with its context; once GRPCLocal is called its listener gets
-// them; a closed mux is no longer dialled in memory.
+// gives up with its context; a closed mux is no longer dialled in memory.
 func TestLocalDial(t *testing.T) {
 	ca, err := pki.NewCA("t", time.Now())
 	if err != nil {
@@ -159,31 +158,7 @@ func TestLocalDial(t *testing.T) {
 	if len(st.VerifiedChains) == 0 || st.VerifiedChains[0][0].Subject.CommonName != "m1" {
 		t.Fatalf("the server end does not carry the client's verified certificate: %+v", st.VerifiedChains)
 	}
-
-	// Once a server takes the in-process connections, they go to it.
-	local := m.GRPCLocal()
-	go func() {
-		c, err := local.Accept()
-		if err == nil {
-			accepted <- c
-		}
-	}()
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c2, ok, err := localnet.Dial(ctx, addr, client.Chain())
-	if !ok || err != nil {
-		t.Fatalf("local dial with a local listener: ok=%v err=%v", ok, err)
-	}
-	defer c2.Close()
-	select {
-	case <-accepted:
-	case <-time.After(10 * time.Second):
-		t.Fatal("an in-process connection did not reach GRPCLocal's listener")
-	}
 	m.Close()
-	if _, err := local.Accept(); !errors.Is(err, net.ErrClosed) {
-		t.Fatalf("accept on the local listener of a closed mux: %v", err)
-	}
 	if _, ok, _ := localnet.Dial(context.Background(), addr, client.Chain()); ok {
 		t.Fatal("a closed mux was dialled in memory")
 	}
