@@ -17,6 +17,7 @@ import (
 	"github.com/plumeria-fs/plumeria/brick/store"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/inproc"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 )
@@ -33,10 +34,10 @@ var (
 // peers caches gRPC connections to other bricks by address.
 type peers struct {
 	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	conns map[string]*inproc.Conn
 }
 
-func newPeers() *peers { return &peers{conns: map[string]*grpc.ClientConn{}} }
+func newPeers() *peers { return &peers{conns: map[string]*inproc.Conn{}} }
 
 func (p *peers) client(m *clustermap.Map, brick string) (pb.BrickClient, error) {
 	b := m.Brick(brick)

@@ -131,7 +131,7 @@ type bfKey struct {
 
 // New opens the store and registers the brick service on gs (before gs
 // serves). Call Run once gs serves, to join the cluster.
-func New(cfg Config, gs *grpc.Server) (*Server, error) {
+func New(cfg Config, gs grpc.ServiceRegistrar) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -119,7 +119,7 @@ var ErrNotLeader = errors.New("coord: no leader known yet (election in progress)
 
 // Start opens the Raft store, starts Raft on the given stream layer and
 // registers the gRPC service on gs.
-func Start(cfg Config, layer raft.StreamLayer, gs *grpc.Server) (*Server, error) {
+func Start(cfg Config, layer raft.StreamLayer, gs grpc.ServiceRegistrar) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

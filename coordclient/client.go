@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plumeria-fs/plumeria/clustermap"
+	"github.com/plumeria-fs/plumeria/internal/inproc"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/localnet"
 	"github.com/plumeria-fs/plumeria/internal/pb"
@@ -29,7 +30,7 @@ import (
 // Client talks to a coordinator group.
 type Client struct {
 	addrs []string
-	conns []*grpc.ClientConn
+	conns []*inproc.Conn
 	mu    struct {
 		sync.Mutex
 		next int // index of the address that worked last
@@ -85,7 +86,20 @@ const (
 // ReconnectDelayMax; the request id of each call's context travels as
 // metadata). It uses mutual TLS with the process's identity
 // (pki.Default), or plaintext when the process runs insecure (nil).
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Unary calls to a server of this process that serves addr are function
+// calls (internal/inproc); streams, and calls to other processes, use the
+// gRPC connection.
+func Dial(addr string) (*inproc.Conn, error) {
+	cc, err := DialGRPC(addr)
+	if err != nil {
+		return nil, err
+	}
+	return inproc.Wrap(cc, addr, reqid.UnaryClientInterceptor), nil
+}
+
+// DialGRPC is Dial without direct calls: a plain gRPC connection, for
+// clients that only open streams (a lock clerk).
+func DialGRPC(addr string) (*grpc.ClientConn, error) {
 	id := pki.Default()
 	return grpc.NewClient(addr, append(reqid.DialOptions(),
 		pki.DialOption(id), rpcbuf.DialOption(), grpc.WithContextDialer(dialer(id)),

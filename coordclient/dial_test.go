@@ -26,7 +26,7 @@ func proxied(t *testing.T) *faultnet.Proxy {
 	return p
 }
 
-func getMap(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) (time.Duration, error) {
+func getMap(ctx context.Context, conn grpc.ClientConnInterface, opts ...grpc.CallOption) (time.Duration, error) {
 	start := time.Now()
 	_, err := pb.NewCoordinatorClient(conn).GetMap(ctx, &pb.GetMapRequest{}, opts...)
 	return time.Since(start), err
@@ -65,7 +65,7 @@ func TestDialKilledServer(t *testing.T) {
 	}
 
 	p.Kill()
-	leftReady(t, conn)
+	leftReady(t, conn.ClientConn)
 	took, err := getMap(ctx, conn)
 	if status.Code(err) != codes.Unavailable || took > ConnectTimeout+time.Second {
 		t.Fatalf("first call after the kill: %v after %v; want Unavailable within %v", err, took, ConnectTimeout+time.Second)
@@ -105,7 +105,7 @@ func TestCallMovesPastAKilledCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	dead.Kill()
-	leftReady(t, c.conns[0])
+	leftReady(t, c.conns[0].ClientConn)
 	if took, err := call(); err != nil || took > ConnectTimeout+time.Second {
 		t.Fatalf("call after the kill: %v after %v; want an answer within %v", err, took, ConnectTimeout+time.Second)
 	}

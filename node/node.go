@@ -13,11 +13,13 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/plumeria-fs/plumeria/brick"
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coord"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/inproc"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
 	"github.com/plumeria-fs/plumeria/internal/pki"
@@ -59,6 +61,7 @@ type Node struct {
 	cfg      Config
 	mux      *netmux.Mux
 	gs       *grpc.Server
+	direct   *inproc.Server // the same services, called directly by this process
 	coord    *coord.Server
 	brick    *brick.Server
 	lock     *lockRole
@@ -102,10 +105,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		// 6% of the CPU of random 4 KiB writes, session 13). When all are
 		// busy a request gets a goroutine of its own, as before.
 		grpc.NumStreamWorkers(limits.RPCStreamWorkers))...)
+	// The same services as direct calls for this process's own clients
+	// (internal/inproc), with the same interceptors.
+	var unary []grpc.UnaryServerInterceptor
+	var auth func() (credentials.AuthInfo, error)
+	if id != nil {
+		unary, auth = append(unary, pki.UnaryServerInterceptor), id.LocalAuthInfo
+	}
+	n.direct = inproc.NewServer(auth, append(unary, reqid.UnaryServerInterceptor(cfg.Logger))...)
+	reg := registrars{n.gs, n.direct}
 	fail := func(err error) (*Node, error) { n.Stop(); return nil, err }
 	if cfg.Coordinator {
 		n.coord, err = coord.Start(coord.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "coordinator"),
-			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), n.gs)
+			Join: cfg.Join, Logger: cfg.Logger, CA: cfg.CA, CertLifetime: cfg.CertLifetime, Tokens: cfg.Tokens}, mux.Raft(), reg)
 		if err != nil {
 			return fail(err)
 		}
@@ -129,16 +141,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		if n.lock, err = newLockRole(cfg.Name, cfg.Advertise, n.cc, cfg.Logger); err != nil {
 			return fail(err)
 		}
-		lockpb.RegisterLockServer(n.gs, n.lock)
+		lockpb.RegisterLockServer(reg, n.lock)
 	}
 	if cfg.Brick {
 		n.brick, err = brick.New(brick.Config{Name: cfg.Name, Addr: cfg.Advertise, DataDir: filepath.Join(cfg.DataDir, "brick"),
-			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Class: cfg.Class, Coord: n.cc, Logger: cfg.Logger}, n.gs)
+			Domain: cfg.Domain, CapacityBytes: cfg.CapacityBytes, Class: cfg.Class, Coord: n.cc, Logger: cfg.Logger}, reg)
 		if err != nil {
 			return fail(err)
 		}
 	}
 	go n.gs.Serve(mux.GRPC())
+	if err := n.direct.Serve(mux.Addr().String()); err != nil {
+		return fail(err)
+	}
 	if err := n.startHTTP(); err != nil {
 		return fail(err)
 	}
@@ -190,6 +205,9 @@ func (n *Node) Stop() {
 	if n.stopSchedules != nil {
 		n.stopSchedules()
 	}
+	if n.direct != nil {
+		n.direct.Stop()
+	}
 	if n.gs != nil {
 		n.gs.Stop()
 	}
@@ -206,4 +224,13 @@ func (n *Node) Stop() {
 		n.ownCC.Close()
 	}
 	n.mux.Close()
+}
+
+// registrars registers a service on each of them.
+type registrars []grpc.ServiceRegistrar
+
+func (rs registrars) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	for _, r := range rs {
+		r.RegisterService(sd, impl)
+	}
 }

@@ -17,7 +17,6 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,6 +24,7 @@ import (
 
 	"github.com/plumeria-fs/plumeria/clustermap"
 	"github.com/plumeria-fs/plumeria/coordclient"
+	"github.com/plumeria-fs/plumeria/internal/inproc"
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/pb"
 	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
@@ -69,7 +69,7 @@ type Volume struct {
 	mu struct {
 		sync.Mutex
 		m     *clustermap.Map
-		conns map[string]*grpc.ClientConn
+		conns map[string]*inproc.Conn
 	}
 	queues struct { // batch.go
 		sync.Mutex
@@ -98,7 +98,7 @@ func Open(ctx context.Context, coord *coordclient.Client, name string, opts Opti
 	v := &Volume{name: name, coord: coord, opts: opts, epoch: m.FenceEpoch(opts.Writer), stats: newStats(opts.Registerer, name)}
 	v.writer = &pb.Writer{Id: opts.Writer, Epoch: v.epoch}
 	v.mu.m = m
-	v.mu.conns = map[string]*grpc.ClientConn{}
+	v.mu.conns = map[string]*inproc.Conn{}
 	v.queues.m = map[pgQueueKey]*pgQueue{}
 	return v, nil
 }
@@ -144,7 +144,7 @@ func (v *Volume) brick(m *clustermap.Map, name string) (pb.BrickClient, error) {
 }
 
 // brickConn returns the connection to brick name.
-func (v *Volume) brickConn(m *clustermap.Map, name string) (*grpc.ClientConn, error) {
+func (v *Volume) brickConn(m *clustermap.Map, name string) (*inproc.Conn, error) {
 	b := m.Brick(name)
 	if b == nil {
 		return nil, status.Errorf(codes.Unavailable, "brick %s not in map", name)

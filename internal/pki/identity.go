@@ -40,6 +40,7 @@ type Identity struct {
 	clusterID string
 	pool      *x509.CertPool
 	cur       atomic.Pointer[leaf]
+	local     atomic.Pointer[localAuth] // LocalAuthInfo's last answer
 }
 
 // leaf is one key and certificate, parsed.

@@ -60,6 +60,37 @@ func (id *Identity) LocalServerConn(c net.Conn) (TLSConn, error) {
 	return &stateConn{Conn: c, st: localState(chain, verified)}, nil
 }
 
+// localAuth is the credentials of a caller presenting the certificate
+// leaf, verified.
+type localAuth struct {
+	leaf *x509.Certificate
+	info credentials.AuthInfo
+}
+
+// LocalAuthInfo is the credentials a server of this process would report
+// for a caller of this process presenting id's current certificate after
+// a handshake: what an in-process call (internal/inproc) gives its
+// handler as its peer's. The chain is verified against the cluster CA for
+// client use as the handshake would, once per certificate (a renewal is
+// verified again).
+func (id *Identity) LocalAuthInfo() (credentials.AuthInfo, error) {
+	chain := id.Chain()
+	if len(chain) == 0 {
+		return nil, errors.New("pki: this process has no certificate yet")
+	}
+	if l := id.local.Load(); l != nil && l.leaf == chain[0] {
+		return l.info, nil
+	}
+	verified, err := id.verifyChain(chain, x509.ExtKeyUsageClientAuth)
+	if err != nil {
+		return nil, err
+	}
+	info := credentials.TLSInfo{State: localState(chain, verified),
+		CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}
+	id.local.Store(&localAuth{leaf: chain[0], info: info})
+	return info, nil
+}
+
 // localState is the TLS state a completed handshake would report for a
 // peer that presented chain (verified against the CA as verified).
 func localState(chain []*x509.Certificate, verified [][]*x509.Certificate) tls.ConnectionState {

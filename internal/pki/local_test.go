@@ -11,8 +11,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/plumeria-fs/plumeria/internal/inproc"
 	"github.com/plumeria-fs/plumeria/internal/localnet"
 	"github.com/plumeria-fs/plumeria/internal/netmux"
 	"github.com/plumeria-fs/plumeria/internal/pb"
@@ -107,4 +109,72 @@ func serveMux(t *testing.T, srvID *pki.Identity) (string, *coordStub) {
 	go gs.Serve(m.GRPC())
 	t.Cleanup(func() { gs.Stop(); m.Close() })
 	return m.Addr().String(), stub
+}
+
+// TestAuthorizationDirect: a direct call to a server of the same process
+// (internal/inproc) presents the process's identity as a handshake would
+// (LocalAuthInfo), so authorization decides as over TLS: the caller's
+// name and roles, a role refused, a process without a certificate, a
+// revoked name.
+func TestAuthorizationDirect(t *testing.T) {
+	ca, err := pki.NewCA("c1", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(id *pki.Identity, method string) error {
+		t.Helper()
+		s := inproc.NewServer(id.LocalAuthInfo, pki.UnaryServerInterceptor)
+		stub := &coordStub{peer: make(chan string, 10)}
+		pb.RegisterCoordinatorServer(s, stub)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens: a call that is not direct fails
+		if err := s.Serve(addr); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Stop()
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn := inproc.Wrap(cc, addr)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl := pb.NewCoordinatorClient(conn)
+		switch method {
+		case "Status":
+			if _, err = cl.Status(ctx, &pb.StatusRequest{}); err == nil {
+				if got := <-stub.peer; got != id.Name()+":admin" {
+					t.Errorf("Peer = %q, want %s:admin", got, id.Name())
+				}
+			}
+		case "RegisterBrick":
+			_, err = cl.RegisterBrick(ctx, &pb.RegisterBrickRequest{})
+		}
+		return err
+	}
+	admin := newIdentity(t, ca, "ops", pki.RoleAdmin)
+	if err := call(admin, "Status"); err != nil {
+		t.Fatalf("admin Status: %v", err)
+	}
+	if err := call(newIdentity(t, ca, "m1", pki.RoleClient), "RegisterBrick"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"m1"`) {
+		t.Errorf("mount RegisterBrick: %v, want PermissionDenied naming the caller", err)
+	}
+	if err := call(newIdentity(t, ca, "b1", pki.RoleBrick), "RegisterBrick"); status.Code(err) != codes.Unimplemented {
+		t.Errorf("brick RegisterBrick: %v, want to pass authorization (Unimplemented in the stub)", err)
+	}
+	certless, _ := pki.NewIdentity(ca.CertPEM)
+	if err := call(certless, "RegisterBrick"); status.Code(err) != codes.Unauthenticated {
+		t.Errorf("certless RegisterBrick: %v, want Unauthenticated", err)
+	}
+	pki.SetRevoked(func(name string) bool { return name == "ops" })
+	err = call(admin, "Status")
+	pki.SetRevoked(nil)
+	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("revoked admin: %v, want Unauthenticated", err)
+	}
 }

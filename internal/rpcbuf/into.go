@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Into is a reply whose one large bytes field is written straight into a
@@ -86,6 +87,33 @@ func (in *Into) decode(data mem.BufferSlice) error {
 		}
 	}
 	return proto.Unmarshal(rest, in.Msg)
+}
+
+// From sets the reply from m, the reply message itself (an in-process
+// call: internal/inproc) rather than its encoding: Field's bytes are
+// copied into Dst as decode copies them (N set the same way), every other
+// field is copied into Msg. m is not changed.
+func (in *Into) From(m proto.Message) error {
+	src := m.ProtoReflect()
+	if src.Descriptor() != in.Msg.ProtoReflect().Descriptor() {
+		return fmt.Errorf("proto: a %s reply cannot be read into a %s", src.Descriptor().FullName(), in.Msg.ProtoReflect().Descriptor().FullName())
+	}
+	proto.Reset(in.Msg)
+	rest := src.New() // m without Field, sharing m's values
+	in.N = 0
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Number() != in.Field {
+			rest.Set(fd, v)
+			return true
+		}
+		b := v.Bytes()
+		if in.N = len(b); in.N <= len(in.Dst) {
+			copy(in.Dst, b)
+		}
+		return true
+	})
+	proto.Merge(in.Msg, rest.Interface()) // copies what rest shares with m
+	return nil
 }
 
 // decodeWhole decodes a reassembled copy of the message and moves the

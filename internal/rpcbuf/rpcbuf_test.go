@@ -167,3 +167,35 @@ func FuzzInto(f *testing.F) {
 		checkInto(t, msg, cuts, int(dstLen))
 	})
 }
+
+// TestIntoFrom: a reply handed over as a message (an in-process call)
+// lands as a decoded one would: the field in Dst (N its length; nothing
+// copied when Dst is too small), every other field in Msg, the message
+// itself unchanged; a reply of another type is refused.
+func TestIntoFrom(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789"), 1000)
+	m := &pb.WriteRequest{MapEpoch: 7, Vol: 3, Data: data, Writer: &pb.Writer{Id: "n1", Epoch: 5}}
+	orig := proto.Clone(m)
+	for _, dst := range []int{len(data), len(data) + 5, len(data) - 1} {
+		in := &Into{Msg: &pb.WriteRequest{Pg: 99}, Field: 5, Dst: make([]byte, dst)}
+		if err := in.From(m); err != nil {
+			t.Fatal(err)
+		}
+		if in.N != len(data) || (dst >= len(data)) != bytes.Equal(in.Dst[:min(dst, len(data))], data) {
+			t.Fatalf("Dst of %d bytes: N %d, copied %v", dst, in.N, bytes.Equal(in.Dst[:min(dst, len(data))], data))
+		}
+		want := proto.Clone(m).(*pb.WriteRequest)
+		want.Data = nil
+		if !proto.Equal(in.Msg, want) {
+			t.Fatalf("Msg %v, want %v", in.Msg, want)
+		}
+		in.Msg.(*pb.WriteRequest).Writer.Id = "changed" // a copy, not m's
+	}
+	if !proto.Equal(m, orig) {
+		t.Fatalf("From changed its argument: %v", m)
+	}
+	in := &Into{Msg: &pb.ReadResponse{}, Field: 1, Dst: make([]byte, 10)}
+	if err := in.From(m); err == nil {
+		t.Fatal("a WriteRequest read into a ReadResponse")
+	}
+}

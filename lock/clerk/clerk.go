@@ -154,7 +154,7 @@ func (cfg *Config) setDefaults() {
 		cfg.CallbacksMax = CallbacksMaxDefault
 	}
 	if cfg.Dial == nil {
-		cfg.Dial = coordclient.Dial
+		cfg.Dial = coordclient.DialGRPC
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
