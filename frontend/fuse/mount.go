@@ -165,6 +165,13 @@ func Mount(mountpoint string, fsys FileSystem, opts Options) (*Server, error) {
 			MaxWrite:      maxWriteBytes,
 			MaxReadAhead:  maxWriteBytes,
 			MaxBackground: maxBackground,
+			// Replies to READ carry bytes (fuse.ReadResultData), never a
+			// file descriptor, so splicing cannot apply: with it on,
+			// go-fuse still takes a pipe, grows it and writes the reply's
+			// header into it for every READ before it falls back, and a
+			// 1 MiB reply does not fit a pipe at all (pipe-max-size) and
+			// logs "trySplice: ..." each time.
+			DisableSplice: true,
 			// mount(2) directly as root: the fusermount path can deadlock
 			// (go-fuse #506).
 			DirectMountStrict: os.Geteuid() == 0,
