@@ -53,6 +53,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/plumeria-fs/plumeria/internal/limits"
 	"github.com/plumeria-fs/plumeria/internal/rpcbuf"
@@ -243,10 +244,17 @@ func (c *Conn) call(ctx context.Context, s *Server, sv *service, md *grpc.Method
 		defer cancel()
 		dec := func(in any) error {
 			m, ok := in.(proto.Message)
-			if !ok {
-				return status.Errorf(codes.Internal, "inproc: %s: handler wants %T, not a proto message", method, in)
+			if !ok || m.ProtoReflect().Descriptor() != req.ProtoReflect().Descriptor() {
+				return status.Errorf(codes.Internal, "inproc: %s: handler wants %T, the caller sent %T", method, in, req)
 			}
-			proto.Merge(m, req)
+			// The clone's fields as they are (its bytes not copied
+			// again): nothing else refers to the clone.
+			dst, src := m.ProtoReflect(), req.ProtoReflect()
+			src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+				dst.Set(fd, v)
+				return true
+			})
+			dst.SetUnknown(src.GetUnknown())
 			return nil
 		}
 		r, err := md.Handler(sv.impl, sctx, dec, s.unary)
