@@ -182,14 +182,31 @@ func (s *Server) method(full string) (*service, *grpc.MethodDesc, bool) {
 type Conn struct {
 	*grpc.ClientConn
 	addr  string
-	unary []grpc.UnaryClientInterceptor
-	slots chan struct{} // calls in flight to a server of this process
+	unary grpc.UnaryClientInterceptor // the client interceptors as one; nil: none
+	slots chan struct{}               // calls in flight to a server of this process
 }
 
 // Wrap returns cc, made for addr, as a Conn whose direct calls run the
 // client interceptors first (in order: the same as cc's).
 func Wrap(cc *grpc.ClientConn, addr string, interceptors ...grpc.UnaryClientInterceptor) *Conn {
-	return &Conn{ClientConn: cc, addr: addr, unary: interceptors, slots: make(chan struct{}, limits.RPCStreamsPerConnMax)}
+	return &Conn{ClientConn: cc, addr: addr, unary: chainClient(interceptors), slots: make(chan struct{}, limits.RPCStreamsPerConnMax)}
+}
+
+// chainClient composes client interceptors into one (nil for none), the
+// first outermost.
+func chainClient(ics []grpc.UnaryClientInterceptor) grpc.UnaryClientInterceptor {
+	switch len(ics) {
+	case 0:
+		return nil
+	case 1:
+		return ics[0]
+	}
+	return func(ctx context.Context, method string, args, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		next := func(ctx context.Context, method string, args, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
+			return chainClient(ics[1:])(ctx, method, args, reply, cc, invoke, opts...)
+		}
+		return ics[0](ctx, method, args, reply, cc, next, opts...)
+	}
 }
 
 // Invoke calls method directly when a server of this process serves the
@@ -203,16 +220,13 @@ func (c *Conn) Invoke(ctx context.Context, method string, args, reply any, opts 
 	if !ok {
 		return c.ClientConn.Invoke(ctx, method, args, reply, opts...)
 	}
-	invoke := func(ctx context.Context, method string, args, reply any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
+	direct := func(ctx context.Context, method string, args, reply any, _ *grpc.ClientConn, _ ...grpc.CallOption) error {
 		return c.call(ctx, s, sv, md, method, args, reply)
 	}
-	for i := len(c.unary) - 1; i >= 0; i-- {
-		next, ic := invoke, c.unary[i]
-		invoke = func(ctx context.Context, method string, args, reply any, cc *grpc.ClientConn, opts ...grpc.CallOption) error {
-			return ic(ctx, method, args, reply, cc, next, opts...)
-		}
+	if c.unary == nil {
+		return direct(ctx, method, args, reply, c.ClientConn)
 	}
-	return invoke(ctx, method, args, reply, c.ClientConn, opts...)
+	return c.unary(ctx, method, args, reply, c.ClientConn, direct, opts...)
 }
 
 // directCalls counts the calls made directly (metric).
@@ -302,18 +316,16 @@ func run(f func()) {
 // caller's deadline and cancellation, the server's lifetime, incoming
 // metadata and a peer, none of the caller's values.
 func (s *Server) handlerContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	hctx, cancel := context.WithCancel(s.ctx)
+	var hctx context.Context
+	var cancel context.CancelFunc
 	if d, ok := ctx.Deadline(); ok {
-		var cancelD context.CancelFunc
-		hctx, cancelD = context.WithDeadline(hctx, d)
-		c := cancel
-		cancel = func() { cancelD(); c() }
+		hctx, cancel = context.WithDeadline(s.ctx, d)
+	} else {
+		hctx, cancel = context.WithCancel(s.ctx)
 	}
 	stop := context.AfterFunc(ctx, cancel)
-	all := cancel
-	cancel = func() { stop(); all() }
-	if md, ok := metadata.FromOutgoingContext(ctx); ok {
-		hctx = metadata.NewIncomingContext(hctx, md.Copy())
+	if md, ok := metadata.FromOutgoingContext(ctx); ok { // a copy already
+		hctx = metadata.NewIncomingContext(hctx, md)
 	}
 	p := &peer.Peer{Addr: addr(s.addr), LocalAddr: addr(s.addr)}
 	if s.auth != nil {
@@ -323,19 +335,17 @@ func (s *Server) handlerContext(ctx context.Context) (context.Context, context.C
 		// An identity that does not verify gives no credentials: the
 		// authorization interceptor refuses the call and says why.
 	}
-	return peer.NewContext(hctx, p), cancel
+	return peer.NewContext(hctx, p), func() { stop(); cancel() }
 }
 
-// statusErr is err as a remote caller gets it: a status error as is, any
-// other error with code Unknown (as gRPC's server sends it).
+// statusErr is err as a remote caller gets it, converted as gRPC's server
+// converts a handler's error: a status as is, a context error as its
+// code, any other error as Unknown with its message.
 func statusErr(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return status.FromContextError(err).Err()
-	}
-	return status.Error(codes.Unknown, err.Error())
+	return status.FromContextError(err).Err()
 }
 
 // copyReply copies the handler's reply into the caller's.

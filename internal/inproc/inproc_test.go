@@ -309,3 +309,38 @@ func TestRequestFields(t *testing.T) {
 		t.Fatal("the handler's request shares the caller's memory")
 	}
 }
+
+// TestClientInterceptors: a direct call runs the connection's client
+// interceptors in order, outermost first, and the metadata they add
+// reaches the handler.
+func TestClientInterceptors(t *testing.T) {
+	addr := freeAddr(t)
+	s := NewServer(nil)
+	healthpb.RegisterHealthServer(s, &health{check: func(ctx context.Context, r *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if got := strings.Join(md.Get("x-order"), " "); got != "a b" {
+			return nil, status.Errorf(codes.InvalidArgument, "metadata x-order %q", got)
+		}
+		return &healthpb.HealthCheckResponse{}, nil
+	}})
+	if err := s.Serve(addr); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	ic := func(name string) grpc.UnaryClientInterceptor {
+		return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			return invoke(metadata.AppendToOutgoingContext(ctx, "x-order", name), method, req, reply, cc, opts...)
+		}
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := Wrap(cc, addr, ic("a"), ic("b"))
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+}
